@@ -1,0 +1,3 @@
+from swaplab.cli import main
+
+raise SystemExit(main())

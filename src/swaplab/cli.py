@@ -1,0 +1,100 @@
+"""Command line: parses arguments and calls into the library. Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from swaplab import __version__
+from swaplab.errors import SwaplabError
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swaplab", description="Start, swap and stop local inference servers behind one endpoint.")
+    parser.add_argument("--version", action="version", version=f"swaplab {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the router")
+    serve.add_argument("--config", help="llama-swap style YAML config (default: the built-in demo models)")
+    serve.add_argument(
+        "--listen", type=_host_port, default=("127.0.0.1", 8080), metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:8080)",
+    )
+    serve.add_argument("--state-dir", help="where pid files and logs live (default: the user's state directory)")
+
+    config = commands.add_parser("config", help="check or show a config file")
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = config_commands.add_parser("check", help="validate a config; one FILE:LINE: line per fault")
+    check.add_argument("file")
+    show = config_commands.add_parser("show", help="print the resolved config as JSON")
+    show.add_argument("file")
+    show.add_argument("--model", help="only this model (id or alias), with cmd as the final argv")
+
+    sim = commands.add_parser("sim", help="a scriptable OpenAI-compatible server for tests and benchmarks")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, required=True)
+    sim.add_argument("--model", required=True, help="model name it reports")
+    sim.add_argument("--ttft-ms", type=float, default=0.0, help="delay before the first token")
+    sim.add_argument(
+        "--tokens-per-second", type=float, default=0.0, help="pace of each stream (0 = as fast as possible)"
+    )
+    sim.add_argument("--load-seconds", type=float, default=0.0, help="time before it can serve")
+    sim.add_argument(
+        "--health-before-ready", action="store_true",
+        help="/health answers 200 during the load while generation fails with 503 (like SGLang)",
+    )
+    sim.add_argument(
+        "--crash-after-tokens", type=int, default=0,
+        help="exit abruptly after emitting this many tokens in total (0 = never)",
+    )
+    sim.add_argument("--default-max-tokens", type=int, default=16, help="output length when a request sets none")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except SwaplabError as error:
+        print(f"swaplab: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        from swaplab.router.serve import serve
+
+        host, port = args.listen
+        return serve(config_path=args.config, host=host, port=port, state_dir=args.state_dir)
+    if args.command == "config":
+        from swaplab.config import commands
+
+        if args.config_command == "check":
+            return commands.check(args.file)
+        return commands.show(args.file, model=args.model)
+    if args.command == "sim":
+        from swaplab.sim.server import SimSettings, run
+
+        return run(
+            SimSettings(
+                host=args.host,
+                port=args.port,
+                model=args.model,
+                ttft_ms=args.ttft_ms,
+                tokens_per_second=args.tokens_per_second,
+                load_seconds=args.load_seconds,
+                health_before_ready=args.health_before_ready,
+                crash_after_tokens=args.crash_after_tokens,
+                default_max_tokens=args.default_max_tokens,
+            )
+        )
+    raise AssertionError(f"unhandled command {args.command}")
