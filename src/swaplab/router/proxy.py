@@ -1,0 +1,137 @@
+"""Relaying one request to an upstream server, byte for byte, with backpressure.
+
+The router's handler task is cancelled the moment its client disconnects (aiohttp's
+handler cancellation), and cancellation closes the upstream connection here, so the
+backend stops generating at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+log = logging.getLogger("swaplab.router")
+
+# Headers that describe one hop, not the message (RFC 9110 section 7.6.1), plus the
+# ones aiohttp recomputes for the bytes it sends.
+HOP_BY_HOP = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+        "transfer-encoding", "upgrade", "host", "content-length",
+    }
+)
+# A pooled connection the upstream closed while idle fails on reuse before any
+# response byte (llama.cpp's server closes idle keep-alive connections after 5 s);
+# such a request never reached the model and is retried on a fresh connection.
+RETRY_BEFORE_RESPONSE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+ATTEMPTS = 3
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached or gave no response header in time."""
+
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+def new_upstream_session() -> aiohttp.ClientSession:
+    """One pooled client for all upstreams; idle connections close before llama.cpp's 5 s."""
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0, enable_cleanup_closed=True)
+    return aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,  # relay bytes as the upstream sent them
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
+    )
+
+
+def forward_headers(incoming: Mapping[str, str], extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:
+    headers = CIMultiDict((k, v) for k, v in incoming.items() if k.lower() not in HOP_BY_HOP)
+    if extra:
+        for key, value in extra.items():
+            headers[key] = value
+    return headers
+
+
+async def open_upstream(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    headers: CIMultiDict[str],
+    body: bytes,
+    *,
+    connect_timeout: float | None = None,
+    response_header_timeout: float | None = None,
+) -> aiohttp.ClientResponse:
+    """Send the request and return once the upstream's response headers have arrived."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout or 30)
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            pending = session.request(
+                method, url, headers=headers, data=body or None, timeout=timeout, allow_redirects=False
+            )
+            if response_header_timeout:
+                return await asyncio.wait_for(pending, response_header_timeout)
+            return await pending
+        except RETRY_BEFORE_RESPONSE as error:
+            if attempt == ATTEMPTS:
+                raise UpstreamError(f"upstream {url} closed the connection: {error}") from None
+            log.debug("retrying %s on a fresh connection after: %s", url, error)
+        except asyncio.TimeoutError:
+            raise UpstreamError(
+                f"upstream {url} sent no response header within {response_header_timeout:g} s "
+                "(timeouts.responseHeader)",
+                status=504,
+            ) from None
+        except aiohttp.ClientConnectorError as error:
+            raise UpstreamError(f"cannot connect to upstream {url}: {error.os_error}") from None
+        except aiohttp.ClientError as error:
+            raise UpstreamError(f"upstream {url} failed: {error}") from None
+    raise AssertionError("unreachable")
+
+
+def _sse_error_event(message: str) -> bytes:
+    payload = {"error": {"message": message, "type": "upstream_error", "code": 502}}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    """Copy the upstream's response to the client as it arrives; close the upstream on any exit."""
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    for key, value in upstream.headers.items():
+        if key.lower() not in HOP_BY_HOP:
+            response.headers.add(key, value)
+    response.headers["X-Accel-Buffering"] = "no"
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length
+    is_event_stream = upstream.content_type == "text/event-stream"
+    completed = False
+    try:
+        await response.prepare(request)
+        try:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)  # awaits the client's socket: backpressure
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+            # The backend died mid-response. A stream gets a final error event rather
+            # than a silent hang or a truncated body that looks complete.
+            log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
+            if is_event_stream:
+                await response.write(_sse_error_event(f"the backend stopped mid-stream: {error}"))
+            else:
+                request.transport and request.transport.close()
+                return response
+        await response.write_eof()
+        completed = True
+        return response
+    finally:
+        if completed:
+            upstream.release()
+        else:
+            upstream.close()  # drop the connection: the upstream sees its client go away

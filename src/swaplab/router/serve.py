@@ -1,0 +1,91 @@
+"""`swaplab serve`: load the config, reap leftovers, serve until SIGTERM/SIGINT, stop every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import platformdirs
+from aiohttp import web
+
+from swaplab.config import load_config, load_config_text
+from swaplab.config.model import Config
+from swaplab.errors import SwaplabError
+from swaplab.fleet import LogHub
+from swaplab.router.app import Router
+
+log = logging.getLogger("swaplab.router")
+
+
+class _HubHandler(logging.Handler):
+    """Router log records also go to the log hub (`GET /logs`), as source `router`."""
+
+    def __init__(self, hub: LogHub):
+        super().__init__()
+        self.hub = hub
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.hub.write("router", self.format(record))
+
+
+def load(config_path: str | None, port: int) -> Config:
+    if config_path:
+        return load_config(config_path)
+    from swaplab.backends.defaults import DEFAULT_CONFIG_NAME, default_config_text
+
+    return load_config_text(default_config_text(start_port=port + 1), DEFAULT_CONFIG_NAME)
+
+
+def configure_logging(level: str, hub: LogHub) -> None:
+    numeric = getattr(logging, level.upper(), logging.INFO)
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(formatter)
+    to_hub = _HubHandler(hub)
+    to_hub.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("swaplab")
+    root.handlers[:] = [console, to_hub]
+    root.setLevel(numeric)
+    root.propagate = False
+
+
+def default_state_dir(port: int) -> Path:
+    # One directory per listening port, so two routers on one machine never reap each other.
+    return Path(platformdirs.user_state_dir("swaplab")) / f"router-{port}"
+
+
+def serve(config_path: str | None, host: str, port: int, state_dir: str | None = None) -> int:
+    config = load(config_path, port)
+    hub = LogHub()
+    configure_logging(config.log_level, hub)
+    for warning in config.warnings:
+        log.warning("%s", warning)
+    directory = Path(state_dir) if state_dir else default_state_dir(port)
+    return asyncio.run(_serve(config, host, port, directory, hub))
+
+
+async def _serve(config: Config, host: str, port: int, state_dir: Path, hub: LogHub) -> int:
+    router = Router(config, state_dir=state_dir, logs=hub)
+    runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()
+        raise SwaplabError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    models = ", ".join(config.models) or "(no local models)"
+    print(f"swaplab: listening on http://{host}:{port} ({config.path}: {models})", flush=True)
+    await stop.wait()
+    log.info("stopping every backend, then exiting")
+    await site.stop()
+    await router.close()
+    await runner.cleanup()
+    return 0

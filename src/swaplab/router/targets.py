@@ -1,0 +1,88 @@
+"""Which server a request goes to: model name extraction and resolution, no I/O."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from email.parser import BytesParser
+from email.policy import HTTP
+
+from swaplab.config.model import Config, PeerConfig
+
+
+@dataclass(frozen=True)
+class LocalTarget:
+    model_id: str
+
+
+@dataclass(frozen=True)
+class PeerTarget:
+    peer: PeerConfig
+    model: str
+    """The name the peer knows the model by (without the `peer/` prefix)."""
+
+
+Target = LocalTarget | PeerTarget
+
+
+def resolve(config: Config, name: str) -> Target | None:
+    """A local id or alias; else `<peer>/<model>`; else a bare name exactly one peer lists."""
+    local = config.resolve_alias(name)
+    if local is not None:
+        return LocalTarget(local)
+    peer_id, slash, model = name.partition("/")
+    if slash and peer_id in config.peers and model in config.peers[peer_id].models:
+        return PeerTarget(config.peers[peer_id], model)
+    listing = [peer for peer in config.peers.values() if name in peer.models]
+    if len(listing) == 1:
+        return PeerTarget(listing[0], name)
+    return None
+
+
+def known_names(config: Config) -> list[str]:
+    """Every name a client may use, for error messages."""
+    names = []
+    for model in config.models.values():
+        names.append(model.id)
+        names.extend(model.aliases)
+    for peer in config.peers.values():
+        names.extend(f"{peer.id}/{model}" for model in peer.models)
+    return names
+
+
+def split_upstream_path(config: Config, tail: str) -> tuple[str, str] | None:
+    """`/upstream/<model>/<path>`: model names may hold `/` (peer models), so try the longest first."""
+    parts = tail.split("/")
+    for cut in range(len(parts), 0, -1):
+        name = "/".join(parts[:cut])
+        if resolve(config, name) is not None:
+            return name, "/" + "/".join(parts[cut:])
+    return None
+
+
+def model_from_body(content_type: str, body: bytes) -> tuple[str | None, dict | None]:
+    """The `model` named by a JSON body or a multipart form; also the parsed JSON object, if any."""
+    if not body:
+        return None, None
+    if content_type.startswith("multipart/form-data"):
+        return _model_from_multipart(content_type, body), None
+    if body[:1] in (b"{", b" ", b"\n", b"\r", b"\t"):
+        try:
+            document = json.loads(body)
+        except ValueError:
+            return None, None
+        if isinstance(document, dict):
+            model = document.get("model")
+            return (model if isinstance(model, str) else None), document
+    return None, None
+
+
+def _model_from_multipart(content_type: str, body: bytes) -> str | None:
+    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
+    if not message.is_multipart():
+        return None
+    for part in message.iter_parts():
+        if part.get_param("name", header="content-disposition") == "model":
+            payload = part.get_payload(decode=True)
+            return payload.decode(errors="replace").strip() if payload is not None else None
+    return None

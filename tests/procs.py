@@ -1,0 +1,117 @@
+"""Real processes for the tests: swaplab's own CLI (router, sim) started on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+PYTHON = shlex.quote(sys.executable)
+SIM = f"{PYTHON} -m swaplab sim"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.02):
+    """Poll `predicate` until it returns a truthy value; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class SwaplabProcess:
+    """`python -m swaplab ARGS` as a child with its output in a file; stopped on close."""
+
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None):
+        self.args = args
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "swaplab", *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def wait_http(self, url: str, timeout: float = 60.0) -> None:
+        def up() -> bool:
+            if self.popen.poll() is not None:
+                raise AssertionError(f"swaplab {self.args} exited with {self.popen.returncode}:\n{self.output()}")
+            return http_status(url) == 200
+
+        wait_until(up, timeout, f"{url} to answer 200")
+
+    def signal(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        return self.popen.wait(timeout)
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self._log.close()
+
+
+class Router(SwaplabProcess):
+    """`swaplab serve` on a free port with its own state directory."""
+
+    def __init__(self, config: Path | None, workdir: Path, *extra: str, port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.state_dir = workdir / "state"
+        args = ["serve", "--listen", f"127.0.0.1:{self.port}", "--state-dir", str(self.state_dir), *extra]
+        if config is not None:
+            args += ["--config", str(config)]
+        super().__init__(args, workdir / f"router-{self.port}.log")
+        self.wait_http(f"{self.url}/health")
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` is a live process (a zombie awaiting its parent counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

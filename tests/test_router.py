@@ -1,0 +1,384 @@
+"""The router end to end: a real `swaplab serve` in front of real `swaplab sim` backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+
+from procs import PYTHON, SIM, Router, SwaplabProcess, alive, free_port, wait_until
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def router_factory(tmp_path):
+    started: list[Router] = []
+
+    def start(config_text: str | None, *extra: str, **kwargs) -> Router:
+        config = write_config(tmp_path, config_text) if config_text is not None else None
+        router = Router(config, tmp_path, *extra, **kwargs)
+        started.append(router)
+        return router
+
+    yield start
+    for router in started:
+        router.close()
+
+
+async def chat(session: aiohttp.ClientSession, url: str, model: str, **body) -> tuple[int, dict]:
+    payload = {"model": model, "messages": [{"role": "user", "content": "hello there"}], **body}
+    async with session.post(f"{url}/v1/chat/completions", json=payload) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def running(session: aiohttp.ClientSession, url: str) -> dict[str, dict]:
+    async with session.get(f"{url}/running") as response:
+        return {entry["model"]: entry for entry in (await response.json())["running"]}
+
+
+def two_sims(extra_a: str = "", extra_b: str = "", top: str = "") -> str:
+    return f"""
+healthCheckTimeout: 30
+{top}
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a {extra_a}
+    aliases: [alpha]
+  b:
+    cmd: {SIM} --port ${{PORT}} --model b {extra_b}
+"""
+
+
+async def test_swap_a_b_a_runs_one_backend_at_a_time(router_factory):
+    router = router_factory(two_sims())
+    async with aiohttp.ClientSession() as session:
+        pids = []
+        for model in ("a", "b", "alpha"):
+            status, body = await chat(session, router.url, model)
+            assert status == 200, body
+            state = await running(session, router.url)
+            ready = [m for m, entry in state.items() if entry["state"] == "ready"]
+            assert ready == [{"alpha": "a"}.get(model, model)], state
+            pids.append(state[ready[0]]["pid"])
+        # Each swap stopped the previous backend before the next one served.
+        assert not alive(pids[0]) and not alive(pids[1])
+        assert alive(pids[2]) and len(set(pids)) == 3
+
+
+async def test_unknown_model_is_404_listing_models(router_factory):
+    router = router_factory(two_sims())
+    async with aiohttp.ClientSession() as session:
+        status, body = await chat(session, router.url, "nope")
+    assert status == 404
+    assert "'nope' not found" in body["error"]["message"]
+    assert body["error"]["available"] == ["a", "alpha", "b"]
+
+
+async def test_requests_held_during_a_slow_start_are_all_answered(router_factory):
+    router = router_factory(two_sims(extra_a="--load-seconds 1.5"))
+    async with aiohttp.ClientSession() as session:
+        results = await asyncio.gather(*(chat(session, router.url, "a", max_tokens=3) for _ in range(8)))
+        state = await running(session, router.url)
+    assert [status for status, _ in results] == [200] * 8, results
+    assert all(body["choices"][0]["message"]["content"] for _, body in results)
+    assert state["a"]["state"] == "ready"
+
+
+async def test_generate_readiness_does_not_trust_a_lying_health(router_factory, tmp_path):
+    # The sim answers /health 200 during its load while generation fails, as the
+    # seed's SGLang did for five minutes.
+    lying = "--load-seconds 2 --health-before-ready"
+    config = f"""
+healthCheckTimeout: 30
+models:
+  trusting:
+    cmd: {SIM} --port ${{PORT}} --model trusting {lying}
+  careful:
+    cmd: {SIM} --port ${{PORT}} --model careful {lying}
+    checkEndpoint: generate
+"""
+    router = router_factory(config)
+    async with aiohttp.ClientSession() as session:
+        status, _ = await chat(session, router.url, "trusting")
+        assert status == 503  # /health said ready: the request reached a server that cannot serve
+        status, body = await chat(session, router.url, "careful")
+        assert status == 200, body  # held until a real one-token generation succeeded
+
+
+async def sim_stats(session: aiohttp.ClientSession, proxy: str) -> dict:
+    async with session.get(f"{proxy}/sim/stats") as response:
+        return await response.json()
+
+
+async def test_client_disconnect_cancels_the_upstream_stream(router_factory):
+    # One token every 2 s: a cancel seen before the next token is due was noticed from
+    # the closed connection, not from a failed write.
+    router = router_factory(two_sims(extra_a="--tokens-per-second 0.5"))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "a", "stream": True, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+        response = await session.post(f"{router.url}/v1/chat/completions", json=body)
+        assert response.status == 200
+        await response.content.readline()  # the first bytes arrived: generation is under way
+        proxy = (await running(session, router.url))["a"]["proxy"]
+        assert (await sim_stats(session, proxy))["active"] == 1
+        response.close()  # the client goes away mid-stream
+        gone = time.monotonic()
+        async with aiohttp.ClientSession() as probe:
+            async def cancelled():
+                return (await sim_stats(probe, proxy))["cancelled"] == 1
+
+            while not await cancelled():
+                assert time.monotonic() - gone < 5, "upstream never saw the disconnect"
+                await asyncio.sleep(0.005)
+        elapsed = time.monotonic() - gone
+        print(f"upstream cancelled {elapsed * 1000:.1f} ms after the client left")
+        assert elapsed < 2.0, "cancel arrived only with the next token write"
+        stats = await sim_stats(session, proxy)
+        assert stats["active"] == 0 and stats["completed"] == 0
+
+
+async def test_client_disconnect_before_first_byte_cancels_upstream(router_factory):
+    router = router_factory(two_sims(extra_a="--ttft-ms 60000"))
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{router.url}/upstream/a/health") as response:
+            assert response.status == 200  # started and ready; generation now takes 60 s
+        proxy = (await running(session, router.url))["a"]["proxy"]
+        body = {"model": "a", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        pending = asyncio.ensure_future(session.post(f"{router.url}/v1/chat/completions", json=body))
+        await wait_for_stats(session, proxy, lambda stats: stats["active"] == 1)
+        pending.cancel()  # the client gives up before any byte came back
+        stats = await wait_for_stats(session, proxy, lambda stats: stats["cancelled"] == 1)
+        assert stats["active"] == 0
+
+
+async def test_queued_request_whose_client_left_is_dropped(router_factory):
+    router = router_factory(two_sims(extra_a="--load-seconds 3"))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "a", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+        pending = asyncio.ensure_future(session.post(f"{router.url}/v1/chat/completions", json=body))
+
+        async def queued() -> int:
+            return (await running(session, router.url)).get("a", {}).get("queued", 0)
+
+        while await queued() != 1:
+            await asyncio.sleep(0.01)
+        pending.cancel()
+        deadline = time.monotonic() + 10
+        while await queued() != 0:
+            assert time.monotonic() < deadline, "the abandoned request stayed queued"
+            await asyncio.sleep(0.01)
+
+
+async def wait_for_stats(session, proxy: str, predicate, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = await sim_stats(session, proxy)
+        if predicate(stats):
+            return stats
+        assert time.monotonic() < deadline, f"sim stats never matched: {stats}"
+        await asyncio.sleep(0.005)
+
+
+async def test_crash_mid_stream_ends_with_error_event_and_next_request_restarts(router_factory):
+    router = router_factory(two_sims(extra_a="--crash-after-tokens 5"))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "a", "stream": True, "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+        async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+            assert response.status == 200
+            events = [line for line in (await response.read()).decode().split("\n\n") if line.strip()]
+        last = json.loads(events[-1].removeprefix("data: "))
+        assert "error" in last, events[-3:]
+        assert "[DONE]" not in events[-1]
+        first_pid_state = await running(session, router.url)
+        assert first_pid_state.get("a", {}).get("state", "stopped") == "stopped"
+        status, reply = await chat(session, router.url, "a", max_tokens=3)
+        assert status == 200, reply
+        assert (await running(session, router.url))["a"]["state"] == "ready"
+
+
+async def test_a_busy_model_is_never_evicted(router_factory):
+    router = router_factory(two_sims(extra_a="--tokens-per-second 20"))
+    async with aiohttp.ClientSession() as session:
+        body = {"model": "a", "stream": True, "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+        async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+            first = await response.content.readline()
+            assert first.startswith(b"data:")
+            b_request = asyncio.ensure_future(chat(session, router.url, "b"))
+            rest = await response.read()
+        assert rest.rstrip().endswith(b"data: [DONE]")  # a's stream completed untouched
+        status, _ = await b_request
+        assert status == 200
+
+
+async def test_interleaved_requests_are_served_in_batches(router_factory):
+    router = router_factory(two_sims(extra_a="--ttft-ms 300", extra_b="--ttft-ms 300"))
+    async with aiohttp.ClientSession() as session:
+        tasks = []
+        for model in ("a", "b", "a", "b"):
+            tasks.append(asyncio.ensure_future(chat(session, router.url, model, max_tokens=2)))
+            await asyncio.sleep(0.05)
+        results = await asyncio.gather(*tasks)
+        async with session.get(f"{router.url}/logs") as response:
+            logs = await response.text()
+    assert [status for status, _ in results] == [200] * 4
+    # A B A B was served A A then B B: each model started once.
+    assert logs.count("a starting") == 1 and logs.count("b starting") == 1, logs
+
+
+async def test_model_named_by_query_multipart_and_upstream_path(router_factory):
+    router = router_factory(two_sims())
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"{router.url}/v1/completions?model=b", json={"prompt": "one two", "max_tokens": 2}
+        ) as response:
+            assert response.status == 200 and (await response.json())["model"] == "b"
+        form = aiohttp.FormData()
+        form.add_field("model", "alpha")
+        form.add_field("file", b"RIFF....", filename="a.wav", content_type="audio/wav")
+        async with session.post(f"{router.url}/v1/audio/transcriptions", data=form) as response:
+            # The sim has no transcription endpoint: a 404 from *the sim* proves the routing.
+            assert response.status == 404
+            state = await running(session, router.url)
+            assert state["a"]["state"] == "ready"
+        async with session.get(f"{router.url}/upstream/b/sim/stats") as response:
+            assert response.status == 200 and "requests" in await response.json()
+        async with session.get(f"{router.url}/v1/models") as response:
+            listed = {entry["id"]: entry["status"] for entry in (await response.json())["data"]}
+        assert listed == {"a": "stopped", "b": "ready"}
+
+
+async def test_large_request_body_is_relayed(router_factory):
+    router = router_factory(two_sims())
+    prompt = "word " * (14 * 1024 * 1024)  # 70 MiB of prompt
+    async with aiohttp.ClientSession() as session:
+        status, body = await chat(session, router.url, "a", messages=[{"role": "user", "content": prompt}], max_tokens=1)
+    assert status == 200, body
+    assert body["usage"]["prompt_tokens"] == 14 * 1024 * 1024
+
+
+def backend_pids(router: Router) -> list[int]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{router.url}/running") as response:
+        return [entry["pid"] for entry in json.load(response)["running"] if entry["pid"]]
+
+
+def load_model(router: Router, model: str) -> None:
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{router.url}/v1/completions",
+        data=json.dumps({"model": model, "prompt": "hi", "max_tokens": 1}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request) as response:
+        assert response.status == 200
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"])
+def test_no_backend_outlives_the_router(router_factory, how):
+    router = router_factory(two_sims())
+    load_model(router, "a")
+    pids = backend_pids(router)
+    assert len(pids) == 1 and alive(pids[0])
+    router.signal(how)
+    router.wait(30)
+    wait_until(lambda: not alive(pids[0]), 15, f"backend {pids[0]} to exit after the router got {how.name}")
+
+
+GRANDCHILD_SCRIPT = """
+import subprocess, sys, time, os
+from aiohttp import web
+# A server that leaves a grandchild which ignores SIGTERM: what escapes the parent-death signal.
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+open(sys.argv[2], "w").write(str(child.pid))
+app = web.Application()
+app.router.add_get("/health", lambda r: web.Response(text="ok"))
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+def test_leftovers_of_a_killed_router_are_reaped_at_next_start(router_factory, tmp_path):
+    script = tmp_path / "server.py"
+    script.write_text(GRANDCHILD_SCRIPT)
+    marker = tmp_path / "grandchild.pid"
+    config = f"""
+models:
+  leaky:
+    cmd: {PYTHON} {script} ${{PORT}} {marker}
+    checkEndpoint: /health
+"""
+    port = free_port()
+    first = router_factory(config, port=port)
+    async_load = subprocess.run(
+        ["curl", "-s", "-o", "/dev/null", f"{first.url}/upstream/leaky/health"], check=False
+    )
+    assert async_load.returncode == 0
+    grandchild = int(wait_until(lambda: marker.exists() and marker.read_text(), 10, "the grandchild pid"))
+    assert alive(grandchild)
+    first.signal(signal.SIGKILL)
+    first.wait(30)
+    time.sleep(0)  # the grandchild ignores SIGTERM and sits in the backend's process group
+    assert alive(grandchild)
+    second = router_factory(config, port=port)
+    assert not alive(grandchild), second.output()
+    assert "reaping" in second.output()
+
+
+def test_serve_refuses_a_broken_config_with_file_line_errors(tmp_path):
+    config = write_config(
+        tmp_path,
+        """models:
+  a:
+    cmd: echo ${nope}
+    aliases: [x]
+  b:
+    cmd: echo
+    aliases: [x]
+""",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "swaplab", "serve", "--config", str(config), "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"{config}:3:" in result.stdout + result.stderr
+    assert f"{config}:7:" in result.stdout + result.stderr
+
+
+def test_missing_binary_fails_that_model_with_a_clear_error(router_factory):
+    config = f"""
+models:
+  elsewhere:
+    cmd: /opt/not/on/this/box/llama-server --port ${{PORT}}
+  here:
+    cmd: {SIM} --port ${{PORT}} --model here
+"""
+    router = router_factory(config)
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{router.url}/v1/chat/completions",
+        data=json.dumps({"model": "elsewhere", "messages": []}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request)
+    assert raised.value.code == 503
+    message = json.load(raised.value)["error"]["message"]
+    assert "/opt/not/on/this/box/llama-server" in message and "does not exist" in message
+    load_model(router, "here")
