@@ -26,8 +26,10 @@ class Fault:
 class ConfigError(SwaplabError):
     """A config with one or more faults; `faults` lists all of them, in file order."""
 
-    def __init__(self, faults: list[Fault]):
+    def __init__(self, faults: list[Fault], warnings: tuple[str, ...] = ()):
         self.faults = sorted(faults, key=lambda f: (f.file, f.line))
+        self.warnings = warnings
+        """`FILE:LINE: message` for each unknown key found on the way (never fatal)."""
         super().__init__("\n".join(str(f) for f in self.faults))
 
 

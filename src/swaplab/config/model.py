@@ -117,7 +117,7 @@ class Config:
         for group in self.groups.values():
             if model_id in group.members:
                 return group
-        return GroupConfig(id=f"(default)", members=tuple(m for m in self.models if not self._grouped(m)))
+        return GroupConfig(id="(default)", members=tuple(m for m in self.models if not self._grouped(m)))
 
     def _grouped(self, model_id: str) -> bool:
         return any(model_id in g.members for g in self.groups.values())

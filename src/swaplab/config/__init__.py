@@ -1,0 +1,24 @@
+"""llama-swap YAML configs (plus swaplab's keys), read into plain resolved data."""
+
+from swaplab.config.loader import load_config, load_config_text
+from swaplab.config.model import (
+    Config,
+    DeviceConfig,
+    Filters,
+    GroupConfig,
+    ModelConfig,
+    PeerConfig,
+    Timeouts,
+)
+
+__all__ = [
+    "Config",
+    "DeviceConfig",
+    "Filters",
+    "GroupConfig",
+    "ModelConfig",
+    "PeerConfig",
+    "Timeouts",
+    "load_config",
+    "load_config_text",
+]
