@@ -155,7 +155,7 @@ class Backend:
         expected = self._stop_requested
         if not expected:
             self.last_error = f"exited with code {code}"
-            log.warning("%s exited on its own with code %s", self.id, code)
+            log.warning("%s exited on its own with code %s; its last output:\n%s", self.id, code, self.output_tail(8))
             if self.state is State.READY:
                 self.state = State.STOPPED
                 self._record_failure()
