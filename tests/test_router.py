@@ -382,3 +382,57 @@ models:
     message = json.load(raised.value)["error"]["message"]
     assert "/opt/not/on/this/box/llama-server" in message and "does not exist" in message
     load_model(router, "here")
+
+
+async def test_peer_models_are_relayed_without_touching_local_backends(router_factory, tmp_path):
+    sim_port = free_port()
+    remote = SwaplabProcess(["sim", "--port", str(sim_port), "--model", "remote-model"], tmp_path / "peer.log")
+    try:
+        remote.wait_http(f"http://127.0.0.1:{sim_port}/health")
+        router = router_factory(two_sims(top=f"""
+peers:
+  far:
+    proxy: http://127.0.0.1:{sim_port}
+    apiKey: sk-peer-secret
+    models: [m1]
+"""))
+        async with aiohttp.ClientSession() as session:
+            status, body = await chat(session, router.url, "a")  # a local model is running
+            assert status == 200
+            for name in ("far/m1", "m1"):  # the bare name is unambiguous here
+                status, body = await chat(session, router.url, name, max_tokens=2)
+                assert status == 200, body
+                assert body["model"] == "m1"  # the peer saw its own name for the model
+            state = await running(session, router.url)
+            async with session.get(f"{router.url}/v1/models") as response:
+                listed = [entry["id"] for entry in (await response.json())["data"]]
+        assert state["a"]["state"] == "ready" and "b" not in state  # no swap for peer traffic
+        assert "far/m1" in listed
+        assert "sk-peer-secret" not in json.dumps(state)
+    finally:
+        remote.close()
+
+
+async def test_a_crash_loop_backs_off_visibly(router_factory):
+    router = router_factory(two_sims(extra_a="--crash-after-tokens 1"))
+    body = {"model": "a", "stream": True, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):  # each request restarts the backend, which crashes again
+            async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+                assert response.status == 200
+                assert b'"error"' in await response.read()
+            await wait_for_state(session, router.url, "a", "stopped")
+        async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+            assert response.status == 503
+            assert int(response.headers["Retry-After"]) >= 1
+            assert "failed 2 times in a row" in (await response.json())["error"]["message"]
+        entry = (await running(session, router.url))["a"]
+    assert entry["consecutive_failures"] == 2 and entry["backoff_seconds"] > 0
+    assert "exited with code 1" in entry["last_error"]
+
+
+async def wait_for_state(session, url: str, model: str, state: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (await running(session, url)).get(model, {}).get("state", "stopped") != state:
+        assert time.monotonic() < deadline, f"{model} never reached {state}"
+        await asyncio.sleep(0.01)

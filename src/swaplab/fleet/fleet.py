@@ -44,6 +44,12 @@ class BackendUnavailable(SwaplabError):
 
 
 @dataclass(eq=False)
+class Lease:
+    backend: Backend
+    completed: bool = False
+
+
+@dataclass(eq=False)
 class _Waiter:
     model: str
     future: asyncio.Future[None]
@@ -91,16 +97,18 @@ class Fleet:
     # -- requests --------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self, model_id: str) -> AsyncIterator[Backend]:
-        """Hold a request slot on a ready backend; the model is never evicted while leased."""
+    async def lease(self, model_id: str) -> AsyncIterator[Lease]:
+        """Hold a request slot on a ready backend; the model is never evicted while leased.
+
+        The holder sets `completed` when the upstream answered in full: that, and only
+        that, resets the backend's crash-loop counter.
+        """
         await self.acquire(model_id)
-        backend = self._backends[model_id]
-        succeeded = False
+        lease = Lease(self._backends[model_id])
         try:
-            yield backend
-            succeeded = True
+            yield lease
         finally:
-            self.release(model_id, succeeded=succeeded)
+            self.release(model_id, succeeded=lease.completed)
 
     async def acquire(self, model_id: str) -> None:
         if self._closed:

@@ -144,9 +144,9 @@ class Router:
         if isinstance(target, PeerTarget):
             return await self._forward_to_peer(request, target, path, body)
         try:
-            async with self.fleet.lease(target.model_id) as backend:
-                model = backend.model
-                return await self._send(
+            async with self.fleet.lease(target.model_id) as lease:
+                model = lease.backend.model
+                response, lease.completed = await self._send(
                     request,
                     model.proxy.rstrip("/") + path,
                     body,
@@ -154,6 +154,7 @@ class Router:
                     connect_timeout=model.timeouts.connect,
                     response_header_timeout=model.timeouts.response_header,
                 )
+                return response
         except BackendUnavailable as error:
             response = error_response(503, str(error), "model_unavailable")
             response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
@@ -168,7 +169,7 @@ class Router:
         extra = {}
         if peer.api_key:
             extra = {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
-        return await self._send(
+        response, _ = await self._send(
             request,
             peer.proxy.rstrip("/") + path,
             body,
@@ -176,6 +177,7 @@ class Router:
             connect_timeout=peer.timeouts.connect,
             response_header_timeout=peer.timeouts.response_header,
         )
+        return response
 
     def _rewrite_body(self, target: Target, body: bytes, document: dict | None) -> bytes:
         """Name the model as the upstream knows it; untouched bytes when nothing changes."""
@@ -198,7 +200,8 @@ class Router:
         extra_headers: dict[str, str] | None,
         connect_timeout: float | None,
         response_header_timeout: float | None,
-    ) -> web.StreamResponse:
+    ) -> tuple[web.StreamResponse, bool]:
+        """Relay to `url`; also says whether the upstream answered in full."""
         assert self._upstream is not None
         try:
             upstream = await open_upstream(
@@ -211,7 +214,7 @@ class Router:
                 response_header_timeout=response_header_timeout,
             )
         except UpstreamError as error:
-            return error_response(error.status, str(error), "upstream_error")
+            return error_response(error.status, str(error), "upstream_error"), False
         return await relay(request, upstream)
 
     # -- router endpoints ------------------------------------------------------

@@ -102,8 +102,11 @@ def _sse_error_event(message: str) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
-async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
-    """Copy the upstream's response to the client as it arrives; close the upstream on any exit."""
+async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> tuple[web.StreamResponse, bool]:
+    """Copy the upstream's response to the client as it arrives; close the upstream on any exit.
+
+    Returns the client's response and whether the upstream's response arrived in full.
+    """
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     for key, value in upstream.headers.items():
         if key.lower() not in HOP_BY_HOP:
@@ -122,14 +125,16 @@ async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> web.S
             # The backend died mid-response. A stream gets a final error event rather
             # than a silent hang or a truncated body that looks complete.
             log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
-            if is_event_stream:
-                await response.write(_sse_error_event(f"the backend stopped mid-stream: {error}"))
-            else:
-                request.transport and request.transport.close()
-                return response
+            if not is_event_stream:
+                if request.transport is not None:
+                    request.transport.close()  # a truncated body must not look complete
+                return response, False
+            await response.write(_sse_error_event(f"the backend stopped mid-stream: {error}"))
+            await response.write_eof()
+            return response, False
         await response.write_eof()
         completed = True
-        return response
+        return response, True
     finally:
         if completed:
             upstream.release()
