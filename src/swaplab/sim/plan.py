@@ -1,0 +1,140 @@
+"""What the sim generates for one request: a pure reading of an OpenAI request body."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["chat", "completion"]
+
+
+class BadRequest(Exception):
+    """A request body the sim cannot serve; the message goes back to the client as a 400."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One generation: who asked for what, how long the answer is and how it ends."""
+
+    kind: Kind
+    model: str
+    stream: bool
+    include_usage: bool
+    prompt_tokens: int
+    completion_tokens: int
+    # "length" when the request's own limit cut the answer, "stop" when the answer
+    # ended at --default-max-tokens, as a model reaching its end-of-sequence would.
+    finish_reason: Literal["length", "stop"]
+
+
+def count_words(text: str) -> int:
+    """The sim's tokenizer: one token per whitespace-separated word."""
+    return len(text.split())
+
+
+# Output token N is TOKEN_PREFIX + str(N): every answer reads " tok0 tok1 tok2 ...".
+TOKEN_PREFIX = " tok"
+
+
+def token_text(index: int) -> str:
+    """The text of output token `index`."""
+    return f"{TOKEN_PREFIX}{index}"
+
+
+def answer_text(count: int) -> str:
+    """The whole answer of `count` tokens, as a non-streaming response carries it."""
+    return "".join(token_text(index) for index in range(count))
+
+
+def plan_request(kind: Kind, body: Any, *, default_model: str, default_max_tokens: int) -> Plan:
+    """Read a chat or completions request body; raises BadRequest on a malformed one."""
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty list")
+        prompt_tokens = sum(_message_words(message) for message in messages)
+        limit_keys = ("max_completion_tokens", "max_tokens")
+    else:
+        if "prompt" not in body:
+            raise BadRequest("'prompt' is required")
+        prompt_tokens = _prompt_words(body["prompt"])
+        limit_keys = ("max_tokens", "n_predict")
+
+    limit = _requested_limit(body, limit_keys)
+    if limit is None:
+        completion_tokens, finish_reason = default_max_tokens, "stop"
+    else:
+        completion_tokens, finish_reason = limit, "length"
+
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest("'model' must be a string")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest("'stream_options' must be an object")
+
+    return Plan(
+        kind=kind,
+        model=model or default_model,
+        stream=stream,
+        include_usage=stream and options.get("include_usage") is True,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        finish_reason=finish_reason,
+    )
+
+
+def _requested_limit(body: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BadRequest(f"'{key}' must be an integer")
+        if value < 0:
+            if key == "n_predict":  # llama.cpp: -1 means "until the model stops"
+                continue
+            raise BadRequest(f"'{key}' must not be negative")
+        return value
+    return None
+
+
+def _message_words(message: Any) -> int:
+    if not isinstance(message, dict):
+        raise BadRequest("each message must be an object")
+    content = message.get("content")
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return count_words(content)
+    if isinstance(content, list):  # content parts: count the text ones
+        return sum(
+            count_words(part["text"])
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    raise BadRequest("message 'content' must be a string or a list of parts")
+
+
+def _prompt_words(prompt: Any) -> int:
+    # A prompt may be text, a list of texts, token ids, or a list of token-id lists.
+    if isinstance(prompt, str):
+        return count_words(prompt)
+    if isinstance(prompt, list):
+        total = 0
+        for item in prompt:
+            if isinstance(item, str):
+                total += count_words(item)
+            elif isinstance(item, int) and not isinstance(item, bool):
+                total += 1
+            elif isinstance(item, list):
+                total += len(item)
+            else:
+                raise BadRequest("'prompt' items must be strings, token ids or lists of token ids")
+        return total
+    raise BadRequest("'prompt' must be a string or a list")

@@ -1,0 +1,250 @@
+"""The sim's HTTP server: an OpenAI-compatible backend with exact timing and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import sys
+import time
+import zlib
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from aiohttp import web
+
+from swaplab.errors import SwaplabError
+from swaplab.sim.chunks import StreamEncoder, error_body, whole_answer
+from swaplab.sim.plan import BadRequest, Kind, Plan, plan_request
+
+# Request bodies can be long prompts; the router forwards at least 64 MiB.
+MAX_BODY_BYTES = 256 * 1024 * 1024
+# On SIGTERM, streams in flight get this long before they are cut.
+SHUTDOWN_GRACE_SECONDS = 0.1
+# An unpaced stream yields to the event loop this often, so concurrent streams
+# interleave and a disconnect is noticed even on a very long answer.
+UNPACED_YIELD_EVERY = 16
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Everything `swaplab sim` can be told; port 0 picks a free port."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    model: str = "sim"
+    ttft_ms: float = 0.0
+    tokens_per_second: float = 0.0  # 0: as fast as possible
+    load_seconds: float = 0.0
+    health_before_ready: bool = False
+    crash_after_tokens: int = 0  # 0: never
+    default_max_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_ms", "tokens_per_second", "load_seconds", "crash_after_tokens", "default_max_tokens"):
+            if getattr(self, name) < 0:
+                raise SwaplabError(f"sim: --{name.replace('_', '-')} must not be negative")
+
+
+@dataclass
+class SimStats:
+    """Generation requests the sim accepted (not those refused with 400 or 503)."""
+
+    requests: int = 0
+    active: int = 0
+    completed: int = 0
+    cancelled: int = 0
+
+
+class Sim:
+    """One simulated inference server; owns its stats and its token budget."""
+
+    def __init__(self, settings: SimSettings):
+        self.settings = settings
+        self.stats = SimStats()
+        self._loop = asyncio.get_running_loop()
+        self._ready_at = self._loop.time() + settings.load_seconds
+        self._ready = settings.load_seconds == 0
+        self._ttft = settings.ttft_ms / 1000
+        self._interval = 1 / settings.tokens_per_second if settings.tokens_per_second else 0.0
+        self._emitted = 0
+        self._crash_after = settings.crash_after_tokens or None
+        self._ids = itertools.count(1)
+
+    def app(self) -> web.Application:
+        """The aiohttp application; serve it with handler_cancellation=True."""
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_get("/sim/stats", self._stats)
+        return app
+
+    def is_ready(self) -> bool:
+        """Whether the simulated model has finished loading."""
+        if not self._ready and self._loop.time() >= self._ready_at:
+            self._ready = True
+        return self._ready
+
+    # -- generation --------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def _generate(self, request: web.Request, kind: Kind) -> web.StreamResponse:
+        started = self._loop.time()
+        if not self.is_ready():
+            return self._loading_error()
+        try:
+            body = await request.json()
+            plan = plan_request(
+                kind, body, default_model=self.settings.model, default_max_tokens=self.settings.default_max_tokens
+            )
+        except ValueError as error:  # json.JSONDecodeError is a ValueError
+            return _error(400, f"invalid JSON body: {error}", "invalid_request_error")
+        except BadRequest as error:
+            return _error(400, str(error), "invalid_request_error")
+
+        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-sim{next(self._ids)}"
+        created = int(time.time())
+        stats = self.stats
+        stats.requests += 1
+        stats.active += 1
+        finished = False
+        # A client that goes away cancels this task (handler_cancellation), or makes
+        # a write fail; either way the request ends here as cancelled.
+        try:
+            if plan.stream:
+                response = web.StreamResponse(headers=SSE_HEADERS)
+                try:
+                    await response.prepare(request)
+                    await self._stream(response, plan, request_id, created, started)
+                    finished = True
+                except ConnectionResetError:
+                    pass  # aiohttp finishes a response whose client left quietly
+                return response
+            for index in range(plan.completion_tokens):
+                await self._pace(started, index)
+                self._count_token()
+            finished = True
+            return web.json_response(whole_answer(plan, request_id, created))
+        finally:
+            stats.active -= 1
+            if finished:
+                stats.completed += 1
+            else:
+                stats.cancelled += 1
+
+    async def _stream(
+        self, response: web.StreamResponse, plan: Plan, request_id: str, created: int, started: float
+    ) -> None:
+        encoder = StreamEncoder(plan, request_id, created)
+        opening = encoder.opening()  # goes out with the first token: it is part of TTFT
+        count = plan.completion_tokens
+        for index in range(count):
+            await self._pace(started, index)
+            if index:
+                await response.write(encoder.token(index))
+            else:
+                await response.write(opening + encoder.token(0))
+            self._count_token()
+        closing = encoder.closing()
+        if count == 0:
+            await self._pace(started, 0)
+            closing = opening + closing
+        await response.write(closing)
+        await response.write_eof()
+
+    async def _pace(self, started: float, index: int) -> None:
+        # Against a deadline, not by cumulative sleeps, so a stream never drifts.
+        delay = started + self._ttft + index * self._interval - self._loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        elif index % UNPACED_YIELD_EVERY == UNPACED_YIELD_EVERY - 1:
+            await asyncio.sleep(0)
+
+    def _count_token(self) -> None:
+        self._emitted += 1
+        if self._emitted == self._crash_after:
+            # A backend crash: no clean end of stream, no cleanup, no flush of anything.
+            sys.stderr.write(f"sim: crashing after {self._emitted} tokens\n")
+            sys.stderr.flush()
+            os._exit(1)
+
+    # -- everything else ---------------------------------------------------
+
+    def _loading_error(self) -> web.Response:
+        return _error(503, f"model {self.settings.model} is loading", "unavailable_error")
+
+    async def _health(self, request: web.Request) -> web.Response:
+        if self.settings.health_before_ready or self.is_ready():
+            return web.json_response({"status": "ok"})
+        return _error(503, "Loading model", "unavailable_error")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if not self.is_ready():
+            return self._loading_error()
+        model = {"id": self.settings.model, "object": "model", "created": 0, "owned_by": "swaplab-sim"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        if not self.is_ready():
+            return self._loading_error()
+        try:
+            body: Any = await request.json()
+        except ValueError as error:
+            return _error(400, f"invalid JSON body: {error}", "invalid_request_error")
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, str):
+            return _error(400, "'content' must be a string", "invalid_request_error")
+        # One token per word, with a stable id per word.
+        tokens = [zlib.crc32(word.encode()) & 0x7FFF for word in content.split()]
+        return web.json_response({"tokens": tokens})
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(asdict(self.stats))
+
+
+def _error(status: int, message: str, error_type: str) -> web.Response:
+    return web.json_response(error_body(message, error_type, status), status=status)
+
+
+def run(settings: SimSettings) -> int:
+    """Serve until SIGTERM or SIGINT; returns the exit code."""
+    return asyncio.run(_serve(settings))
+
+
+async def _serve(settings: SimSettings) -> int:
+    loop = asyncio.get_running_loop()
+    sim = Sim(settings)  # the load clock starts now, before the port is bound
+    runner = web.AppRunner(
+        sim.app(), handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port)
+        try:
+            await site.start()
+        except OSError as error:
+            raise SwaplabError(
+                f"sim cannot listen on {settings.host}:{settings.port} "
+                f"({os.strerror(error.errno) if error.errno else error}); choose another --port or --host"
+            ) from None
+        stop = asyncio.Event()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, stop.set)
+        host, port = runner.addresses[0][:2]
+        shown_host = f"[{host}]" if ":" in host else host
+        print(f"sim: model {settings.model} listening on http://{shown_host}:{port}", flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    return 0
