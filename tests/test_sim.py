@@ -221,14 +221,19 @@ async def test_loading_refuses_generation_until_ready(start_sim, session, health
     async with session.get(f"{sim.url}/health") as response:
         assert response.status == (200 if health_before_ready else 503)
 
+    # Loading ends once and for all, so ask /health first, then generate: without
+    # --health-before-ready, a 200 from /health means the generation after it must work.
     deadline = time.monotonic() + 60
     while True:
+        async with session.get(f"{sim.url}/health") as health:
+            healthy = health.status == 200
+        if health_before_ready:
+            assert healthy
         async with session.post(sim.url + CHAT, json=chat_body(max_tokens=1)) as response:
             if response.status == 200:
                 break
             assert response.status == 503
-            async with session.get(f"{sim.url}/health") as health:
-                assert health.status == (200 if health_before_ready else 503)
+            assert health_before_ready or not healthy, "/health said ready while generation was refused"
         assert time.monotonic() < deadline, "the sim never finished loading"
         await asyncio.sleep(0.05)
     assert time.monotonic() - launched >= load_seconds
