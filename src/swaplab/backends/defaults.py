@@ -33,7 +33,8 @@ def default_config_text(start_port: int = 5800) -> str:
     gemma3 = shlex.quote(_model_path(gemma3_path))
     return f"""\
 # swaplab's built-in default: llama.cpp's server (xllamacpp wheel) on the CPU.
-# Both models sit in the implicit swap group, so one runs at a time.
+# Both models sit in the implicit swap group, so one runs at a time. llama.cpp's
+# server drops idle keep-alive connections after 5 s: idleConn stays below that.
 healthCheckTimeout: 60
 startPort: {start_port}
 models:
@@ -47,6 +48,7 @@ models:
       --alias smollm2 --ctx-size 4096 --parallel 2 --threads {threads}
     proxy: http://127.0.0.1:${{PORT}}
     checkEndpoint: /health
+    timeouts: {{idleConn: 4}}
   gemma3-270m:
     name: Gemma-3-270M
     description: "Base model, for completions. Q4_K_M GGUF assembled from PyPI chunk packages."
@@ -56,4 +58,5 @@ models:
       --alias gemma3-270m --ctx-size 4096 --parallel 2 --threads {threads}
     proxy: http://127.0.0.1:${{PORT}}
     checkEndpoint: /health
+    timeouts: {{idleConn: 4}}
 """

@@ -113,6 +113,11 @@ class Fleet:
     async def acquire(self, model_id: str) -> None:
         if self._closed:
             raise BackendStartError("the router is shutting down")
+        backend = self._backends.get(model_id)
+        if not self._waiting and backend is not None and backend.state is State.READY:
+            # The hot path: nothing queued, so nothing to be fair to. Admit at once.
+            self._in_flight[model_id] += 1
+            return
         waiter = _Waiter(model_id, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._schedule()

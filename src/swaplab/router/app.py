@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from swaplab.config.model import Config
+from swaplab.config.model import Config, Timeouts
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub
 from swaplab.fleet.fleet import BackendUnavailable
@@ -64,7 +64,7 @@ class Router:
         self.logs = logs or LogHub()
         self.fleet = Fleet(config, state_dir=state_dir, logs=self.logs)
         self.started = time.time()
-        self._upstream: aiohttp.ClientSession | None = None
+        self._upstreams: dict[str, aiohttp.ClientSession] = {}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -85,17 +85,16 @@ class Router:
 
     async def _on_startup(self, app: web.Application) -> None:
         await self.fleet.open()
-        self._upstream = new_upstream_session()
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self.close()
 
     async def close(self) -> None:
-        """Stop every backend, then drop the upstream client."""
+        """Stop every backend, then drop the upstream connection pools."""
         await self.fleet.close()
-        if self._upstream is not None:
-            await self._upstream.close()
-            self._upstream = None
+        sessions, self._upstreams = list(self._upstreams.values()), {}
+        for session in sessions:
+            await session.close()
 
     # -- proxied requests ------------------------------------------------------
 
@@ -147,12 +146,7 @@ class Router:
             async with self.fleet.lease(target.model_id) as lease:
                 model = lease.backend.model
                 response, lease.completed = await self._send(
-                    request,
-                    model.proxy.rstrip("/") + path,
-                    body,
-                    extra_headers=None,
-                    connect_timeout=model.timeouts.connect,
-                    response_header_timeout=model.timeouts.response_header,
+                    request, f"model {model.id}", model.proxy, path, body, model.timeouts
                 )
                 return response
         except BackendUnavailable as error:
@@ -166,16 +160,9 @@ class Router:
         self, request: web.Request, target: PeerTarget, path: str, body: bytes
     ) -> web.StreamResponse:
         peer = target.peer
-        extra = {}
-        if peer.api_key:
-            extra = {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key}
+        credentials = {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key} if peer.api_key else None
         response, _ = await self._send(
-            request,
-            peer.proxy.rstrip("/") + path,
-            body,
-            extra_headers=extra,
-            connect_timeout=peer.timeouts.connect,
-            response_header_timeout=peer.timeouts.response_header,
+            request, f"peer {peer.id}", peer.proxy, path, body, peer.timeouts, extra_headers=credentials
         )
         return response
 
@@ -194,28 +181,35 @@ class Router:
     async def _send(
         self,
         request: web.Request,
-        url: str,
+        pool: str,
+        base_url: str,
+        path: str,
         body: bytes,
+        timeouts: Timeouts,
         *,
-        extra_headers: dict[str, str] | None,
-        connect_timeout: float | None,
-        response_header_timeout: float | None,
+        extra_headers: dict[str, str] | None = None,
     ) -> tuple[web.StreamResponse, bool]:
-        """Relay to `url`; also says whether the upstream answered in full."""
-        assert self._upstream is not None
+        """Relay to `base_url + path`; also says whether the upstream answered in full."""
         try:
             upstream = await open_upstream(
-                self._upstream,
+                self._upstream_session(pool, timeouts),
                 request.method,
-                url,
+                base_url.rstrip("/") + path,
                 forward_headers(request.headers, extra_headers),
                 body,
-                connect_timeout=connect_timeout,
-                response_header_timeout=response_header_timeout,
+                connect_timeout=timeouts.connect,
+                response_header_timeout=timeouts.response_header,
             )
         except UpstreamError as error:
             return error_response(error.status, str(error), "upstream_error"), False
         return await relay(request, upstream)
+
+    def _upstream_session(self, pool: str, timeouts: Timeouts) -> aiohttp.ClientSession:
+        """One connection pool per upstream, so each keeps idle connections as long as its `idleConn`."""
+        session = self._upstreams.get(pool)
+        if session is None:
+            session = self._upstreams[pool] = new_upstream_session(idle_seconds=timeouts.idle_conn)
+        return session
 
     # -- router endpoints ------------------------------------------------------
 

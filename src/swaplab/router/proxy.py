@@ -8,6 +8,7 @@ backend stops generating at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ HOP_BY_HOP = frozenset(
 # such a request never reached the model and is retried on a fresh connection.
 RETRY_BEFORE_RESPONSE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 ATTEMPTS = 3
+NO_IDLE_LIMIT = 24 * 3600.0
 
 
 class UpstreamError(Exception):
@@ -41,9 +43,9 @@ class UpstreamError(Exception):
         self.status = status
 
 
-def new_upstream_session() -> aiohttp.ClientSession:
-    """One pooled client for all upstreams; idle connections close before llama.cpp's 5 s."""
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=3.0, enable_cleanup_closed=True)
+def new_upstream_session(idle_seconds: float | None) -> aiohttp.ClientSession:
+    """A connection pool for one upstream; idle connections close after `idle_seconds` (`timeouts.idleConn`)."""
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=idle_seconds or NO_IDLE_LIMIT)
     return aiohttp.ClientSession(
         connector=connector,
         auto_decompress=False,  # relay bytes as the upstream sent them
@@ -60,6 +62,12 @@ def forward_headers(incoming: Mapping[str, str], extra: Mapping[str, str] | None
     return headers
 
 
+@functools.lru_cache(maxsize=64)
+def _timeout(connect_seconds: float | None) -> aiohttp.ClientTimeout:
+    # No total limit: a generation may rightly stream for an hour.
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect_seconds or 30)
+
+
 async def open_upstream(
     session: aiohttp.ClientSession,
     method: str,
@@ -71,7 +79,7 @@ async def open_upstream(
     response_header_timeout: float | None = None,
 ) -> aiohttp.ClientResponse:
     """Send the request and return once the upstream's response headers have arrived."""
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout or 30)
+    timeout = _timeout(connect_timeout)
     for attempt in range(1, ATTEMPTS + 1):
         try:
             pending = session.request(
