@@ -343,10 +343,10 @@ def test_serve_refuses_a_broken_config_with_file_line_errors(tmp_path):
         tmp_path,
         """models:
   a:
-    cmd: echo ${nope}
+    cmd: echo ${nope} ${PORT}
     aliases: [x]
   b:
-    cmd: echo
+    cmd: echo ${PORT}
     aliases: [x]
 """,
     )
@@ -355,8 +355,12 @@ def test_serve_refuses_a_broken_config_with_file_line_errors(tmp_path):
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 2
-    assert f"{config}:3:" in result.stdout + result.stderr
-    assert f"{config}:7:" in result.stdout + result.stderr
+    check = subprocess.run(
+        [sys.executable, "-m", "swaplab", "config", "check", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 2
+    assert result.stderr.splitlines() == check.stdout.splitlines()  # the same lines as `config check`
+    assert [line.split(": ")[0] for line in check.stdout.splitlines()] == [f"{config}:3", f"{config}:7"]
 
 
 def test_missing_binary_fails_that_model_with_a_clear_error(router_factory):
@@ -436,3 +440,92 @@ async def wait_for_state(session, url: str, model: str, state: str, timeout: flo
     while (await running(session, url)).get(model, {}).get("state", "stopped") != state:
         assert time.monotonic() < deadline, f"{model} never reached {state}"
         await asyncio.sleep(0.01)
+
+
+STUBBORN_SCRIPT = """
+import signal, sys
+from aiohttp import web
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL stops it
+app = web.Application()
+app.router.add_get("/health", lambda r: web.Response(text="ok"))
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, handle_signals=False)
+"""
+
+
+def post_json(url: str, body: dict | None = None) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, data=json.dumps(body or {}).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_stop_escalates_to_sigkill_after_unload_timeout(router_factory, tmp_path):
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN_SCRIPT)
+    router = router_factory(f"""
+models:
+  stubborn:
+    cmd: {PYTHON} {script} ${{PORT}}
+    unloadTimeout: 1
+""")
+    load = subprocess.run(["curl", "-sf", f"{router.url}/upstream/stubborn/health"], capture_output=True, text=True)
+    assert load.stdout == "ok"
+    (pid,) = backend_pids(router)
+    status, body = post_json(f"{router.url}/unload?model=stubborn")
+    assert status == 200 and body == {"unloaded": ["stubborn"]}
+    assert not alive(pid)  # SIGTERM was ignored; SIGKILL after unloadTimeout was not
+    assert "did not exit within 1 s: SIGKILL" in router.output()
+
+
+def test_cmd_stop_runs_with_the_pid(router_factory, tmp_path):
+    marker = tmp_path / "stopped-pid"
+    stopper = f"import os, sys; open({str(marker)!r}, 'w').write(sys.argv[1]); os.kill(int(sys.argv[1]), 15)"
+    router = router_factory(f"""
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+    cmdStop: {PYTHON} -c "{stopper}" ${{PID}}
+""")
+    load_model(router, "a")
+    (pid,) = backend_pids(router)
+    status, body = post_json(f"{router.url}/unload")
+    assert status == 200 and body == {"unloaded": ["a"]}
+    assert marker.read_text() == str(pid)
+    assert not alive(pid)
+
+
+def test_a_backend_that_exits_while_starting_fails_fast_with_its_output(router_factory):
+    router = router_factory(f"""
+healthCheckTimeout: 600
+models:
+  broken:
+    cmd: |
+      {PYTHON} -c "import sys; print('CUDA error: out of memory', flush=True); sys.exit(3)"
+    proxy: http://127.0.0.1:9
+""")
+    began = time.monotonic()
+    status, body = post_json(f"{router.url}/v1/chat/completions", {"model": "broken", "messages": []})
+    assert status == 503
+    message = body["error"]["message"]
+    assert "exited with code 3 while starting" in message and "CUDA error: out of memory" in message
+    assert time.monotonic() - began < 300, "waited for healthCheckTimeout instead of failing fast"
+
+
+def test_a_backend_never_ready_gives_up_after_health_check_timeout(router_factory):
+    router = router_factory(f"""
+healthCheckTimeout: 15
+models:
+  slow:
+    cmd: {SIM} --port ${{PORT}} --model slow --load-seconds 600
+""")
+    status, body = post_json(f"{router.url}/v1/chat/completions", {"model": "slow", "messages": []})
+    assert status == 503
+    assert "not ready after 15 s" in body["error"]["message"]
+    assert backend_pids(router) == []  # the half-started server was stopped

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from swaplab import __version__
-from swaplab.errors import SwaplabError
+from swaplab.errors import ConfigError, SwaplabError
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -62,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _dispatch(args)
+    except ConfigError as error:
+        # The same FILE:LINE: lines as `swaplab config check`, nothing around them.
+        for fault in error.faults:
+            print(fault, file=sys.stderr)
+        return error.exit_code
     except SwaplabError as error:
         print(f"swaplab: {error}", file=sys.stderr)
         return error.exit_code
