@@ -9,18 +9,30 @@ MODELS := $(VENV)/.models
 LISTEN ?= 127.0.0.1:8080
 PYTEST_ARGS ?=
 
-.PHONY: serve test install models bench clean
+.PHONY: serve test install system-deps models bench clean
 
 serve: $(MODELS)
 	$(VENV)/bin/swaplab serve --listen $(LISTEN) $(ARGS)
 
 # pytest exits 5 when it collected no test: that must fail, never pass silently.
-test: $(MODELS)
+test: system-deps $(MODELS)
 	@$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status
 
 install: $(INSTALLED)
+
+# The browser test drives Debian's Chromium through Playwright. Playwright's own browser
+# download (`playwright install`) cannot work offline, so it is never run.
+system-deps:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "make system-deps: installing Debian's chromium for the browser test"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	else \
+		echo "make system-deps: /usr/bin/chromium is missing and this is not a root Debian shell;" >&2; \
+		echo "  run 'sudo apt-get install -y chromium', or the browser test is skipped (and fails in CI)" >&2; \
+	fi
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "swaplab needs Python >= 3.11"'
