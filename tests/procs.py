@@ -25,6 +25,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_port_block(size: int = 10) -> int:
+    """The first of `size` consecutive free loopback ports, for a config's `startPort`."""
+    import random
+
+    for _ in range(200):
+        base = random.randrange(20000, 60000 - size)
+        sockets = []
+        try:
+            for port in range(base, base + size):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError("no block of free ports found")
+
+
 def http_status(url: str, timeout: float = 2.0) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:

@@ -17,27 +17,6 @@ import pytest
 from procs import PYTHON, SIM, Router, SwaplabProcess, alive, free_port, wait_until
 
 
-def write_config(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "config.yaml"
-    path.write_text(text)
-    return path
-
-
-@pytest.fixture
-def router_factory(tmp_path):
-    started: list[Router] = []
-
-    def start(config_text: str | None, *extra: str, **kwargs) -> Router:
-        config = write_config(tmp_path, config_text) if config_text is not None else None
-        router = Router(config, tmp_path, *extra, **kwargs)
-        started.append(router)
-        return router
-
-    yield start
-    for router in started:
-        router.close()
-
-
 async def chat(session: aiohttp.ClientSession, url: str, model: str, **body) -> tuple[int, dict]:
     payload = {"model": model, "messages": [{"role": "user", "content": "hello there"}], **body}
     async with session.post(f"{url}/v1/chat/completions", json=payload) as response:
@@ -339,8 +318,8 @@ models:
 
 
 def test_serve_refuses_a_broken_config_with_file_line_errors(tmp_path):
-    config = write_config(
-        tmp_path,
+    config = tmp_path / "broken.yaml"
+    config.write_text(
         """models:
   a:
     cmd: echo ${nope} ${PORT}
@@ -348,7 +327,7 @@ def test_serve_refuses_a_broken_config_with_file_line_errors(tmp_path):
   b:
     cmd: echo ${PORT}
     aliases: [x]
-""",
+"""
     )
     result = subprocess.run(
         [sys.executable, "-m", "swaplab", "serve", "--config", str(config), "--listen", f"127.0.0.1:{free_port()}"],

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from swaplab.config.model import Config, Timeouts
+from swaplab.config.model import Config, Filters, PeerConfig, Timeouts
 from swaplab.errors import SwaplabError
-from swaplab.fleet import Fleet, LogHub
+from swaplab.fleet import Fleet, LogHub, State
 from swaplab.fleet.fleet import BackendUnavailable
+from swaplab.router import filters
+from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
+from swaplab.router.peers import PeerWatch, peer_credentials
 from swaplab.router.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream, relay
+from swaplab.router.ui import add_ui_routes
 from swaplab.router.targets import (
     LocalTarget,
     PeerTarget,
@@ -49,6 +55,9 @@ MODEL_ROUTES = (
 
 ROUTER_KEY = web.AppKey("router", "Router")
 
+# llama-swap's default when a model sets no concurrencyLimit.
+DEFAULT_CONCURRENCY_LIMIT = 10
+
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error", **extra: Any) -> web.Response:
     """An OpenAI-style JSON error."""
@@ -57,44 +66,80 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 
 
 class Router:
-    """Owns the config in force, the fleet and the upstream HTTP client."""
+    """Owns the config in force, the fleet, the peers' health and the upstream connection pools."""
 
     def __init__(self, config: Config, *, state_dir: Path, logs: LogHub | None = None):
         self.config = config
         self.logs = logs or LogHub()
         self.fleet = Fleet(config, state_dir=state_dir, logs=self.logs)
+        self.peers = PeerWatch(config, lambda peer: self._upstream_session(f"peer {peer.id}", peer.timeouts))
         self.started = time.time()
         self._upstreams: dict[str, aiohttp.ClientSession] = {}
+        self._held: Counter[str] = Counter()  # requests per model, queued or in flight
+        self._background: set[asyncio.Task[Any]] = set()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(
+            client_max_size=MAX_BODY_BYTES, middlewares=[api_key_middleware(lambda: self.config.api_keys)]
+        )
         app[ROUTER_KEY] = self
         for path in MODEL_ROUTES:
             app.router.add_post(path, self.handle_model_request)
         app.router.add_route("*", "/upstream/{tail:.+}", self.handle_upstream)
         app.router.add_get("/v1/models", self.handle_models)
-        app.router.add_get("/api/models", self.handle_models)
+        app.router.add_get("/api/models", self.handle_api_models)
         app.router.add_get("/running", self.handle_running)
+        app.router.add_post("/load", self.handle_load)
         app.router.add_post("/unload", self.handle_unload)
         app.router.add_get("/unload", self.handle_unload)
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/logs", self.handle_logs)
+        app.router.add_get("/logs/stream", self.handle_logs_stream)
+        add_ui_routes(app)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
         await self.fleet.open()
+        self.peers.start(self.config)
+        self._preload()
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self.close()
 
     async def close(self) -> None:
-        """Stop every backend, then drop the upstream connection pools."""
+        """Stop probing and every backend, then drop the upstream connection pools."""
+        self.peers.stop()
+        for task in self._background:
+            task.cancel()
         await self.fleet.close()
         sessions, self._upstreams = list(self._upstreams.values()), {}
         for session in sessions:
             await session.close()
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _preload(self) -> None:
+        """`hooks.on_startup.preload`: start those models as if a request had come."""
+        for name in self.config.preload:
+            model_id = self.config.resolve_alias(name)
+            if model_id is not None:
+                self._spawn(self._load_quietly(model_id))
+
+    async def _load_quietly(self, model_id: str) -> None:
+        try:
+            await self.load(model_id)
+        except SwaplabError as error:
+            log.error("preload of %s failed: %s", model_id, error)
+
+    async def load(self, model_id: str) -> None:
+        """Start a model (by the same rules as a request would) and return once it is ready."""
+        async with self.fleet.lease(model_id) as lease:
+            lease.completed = True
 
     # -- proxied requests ------------------------------------------------------
 
@@ -114,7 +159,7 @@ class Router:
         if request.query_string:
             path = f"{path}?{request.query_string}"
         body = await request.read()
-        return await self._forward(request, name, path, body, None, rewrite_model=False)
+        return await self._forward(request, name, path, body, None)
 
     def _unknown_model(self, name: str) -> web.Response:
         available = known_names(self.config)
@@ -126,24 +171,26 @@ class Router:
         )
 
     async def _forward(
-        self,
-        request: web.Request,
-        name: str,
-        path: str,
-        body: bytes,
-        document: dict | None,
-        *,
-        rewrite_model: bool = True,
+        self, request: web.Request, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         target = resolve(self.config, name)
         if target is None:
             return self._unknown_model(name)
-        if rewrite_model:
-            body = self._rewrite_body(target, body, document)
         if isinstance(target, PeerTarget):
-            return await self._forward_to_peer(request, target, path, body)
+            return await self._forward_to_peer(request, target, path, body, document)
+        model = self.config.models[target.model_id]
+        if document is not None:
+            body = self._filtered(body, document, model.use_model_name or None, model.filters)
+        limit = model.concurrency_limit or DEFAULT_CONCURRENCY_LIMIT
+        if self._held[model.id] >= limit:
+            response = error_response(
+                429, f"model {model.id!r} already has {limit} requests (concurrencyLimit)", "rate_limit_exceeded"
+            )
+            response.headers["Retry-After"] = "1"
+            return response
+        self._held[model.id] += 1
         try:
-            async with self.fleet.lease(target.model_id) as lease:
+            async with self.fleet.lease(model.id) as lease:
                 model = lease.backend.model
                 response, lease.completed = await self._send(
                     request, f"model {model.id}", model.proxy, path, body, model.timeouts
@@ -155,28 +202,32 @@ class Router:
             return response
         except SwaplabError as error:
             return error_response(503, str(error), "model_unavailable")
+        finally:
+            self._held[model.id] -= 1
+            if self._held[model.id] <= 0:
+                del self._held[model.id]
 
     async def _forward_to_peer(
-        self, request: web.Request, target: PeerTarget, path: str, body: bytes
+        self, request: web.Request, target: PeerTarget, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         peer = target.peer
-        credentials = {"Authorization": f"Bearer {peer.api_key}", "x-api-key": peer.api_key} if peer.api_key else None
+        health = self.peers.health(peer.id, target.model)
+        if not health.available:
+            return error_response(
+                503, f"peer model {peer.id}/{target.model} is unavailable: {health.reason}", "model_unavailable"
+            )
+        if document is not None:
+            body = self._filtered(body, document, target.model, peer.filters)
         response, _ = await self._send(
-            request, f"peer {peer.id}", peer.proxy, path, body, peer.timeouts, extra_headers=credentials
+            request, f"peer {peer.id}", peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer)
         )
         return response
 
-    def _rewrite_body(self, target: Target, body: bytes, document: dict | None) -> bytes:
-        """Name the model as the upstream knows it; untouched bytes when nothing changes."""
-        if document is None:
-            return body
-        if isinstance(target, PeerTarget):
-            upstream_name = target.model
-        else:
-            upstream_name = self.config.models[target.model_id].use_model_name or document.get("model")
-        if upstream_name == document.get("model"):
-            return body
-        return json.dumps({**document, "model": upstream_name}).encode()
+    @staticmethod
+    def _filtered(body: bytes, document: dict, upstream_model: str | None, rules: Filters) -> bytes:
+        """The model's upstream name and `filters` applied; the original bytes when nothing changes."""
+        rewritten = filters.rewrite(document, upstream_model, rules)
+        return body if rewritten is None else filters.encode(rewritten)
 
     async def _send(
         self,
@@ -190,12 +241,16 @@ class Router:
         extra_headers: dict[str, str] | None = None,
     ) -> tuple[web.StreamResponse, bool]:
         """Relay to `base_url + path`; also says whether the upstream answered in full."""
+        headers = forward_headers(request.headers, extra_headers)
+        if self.config.api_keys and not extra_headers:
+            for name in CREDENTIAL_HEADERS:  # the router's key is the router's, not the upstream's
+                headers.pop(name, None)
         try:
             upstream = await open_upstream(
                 self._upstream_session(pool, timeouts),
                 request.method,
                 base_url.rstrip("/") + path,
-                forward_headers(request.headers, extra_headers),
+                headers,
                 body,
                 connect_timeout=timeouts.connect,
                 response_header_timeout=timeouts.response_header,
@@ -214,6 +269,7 @@ class Router:
     # -- router endpoints ------------------------------------------------------
 
     async def handle_models(self, request: web.Request) -> web.Response:
+        """OpenAI's model list: local models with their status, peer models as `peer/model`."""
         created = int(self.started)
         data = []
         for model in self.config.models.values():
@@ -234,22 +290,78 @@ class Router:
             if self.config.include_aliases_in_list:
                 data.extend({**entry, "id": alias, "alias_of": model.id} for alias in model.aliases)
         for peer in self.config.peers.values():
-            data.extend(
-                {"id": f"{peer.id}/{name}", "object": "model", "created": created, "owned_by": peer.id, "peer": peer.id}
-                for name in peer.models
-            )
+            for name in peer.models:
+                health = self.peers.health(peer.id, name)
+                entry = {"id": f"{peer.id}/{name}", "object": "model", "created": created, "owned_by": peer.id,
+                         "peer": peer.id, "status": "available" if health.available else "unavailable"}
+                if not health.available:
+                    entry["unavailable_reason"] = health.reason
+                data.append(entry)
         return web.json_response({"object": "list", "data": data})
 
+    async def handle_api_models(self, request: web.Request) -> web.Response:
+        """Everything the web page shows about each model, unlisted ones included."""
+        models = [
+            {
+                "id": model.id,
+                "name": model.name or model.id,
+                "description": model.description,
+                "aliases": list(model.aliases),
+                "state": str(self.fleet.state_of(model.id)),
+                "devices": list(model.devices),
+                "peer": None,
+                "available": True,
+                "unlisted": model.unlisted,
+            }
+            for model in self.config.models.values()
+        ]
+        for peer in self.config.peers.values():
+            for name in peer.models:
+                health = self.peers.health(peer.id, name)
+                models.append({
+                    "id": f"{peer.id}/{name}", "name": name, "description": "", "aliases": [], "state": "peer",
+                    "devices": [], "peer": peer.id, "available": health.available, "reason": health.reason,
+                    "unlisted": False,
+                })
+        return web.json_response({"models": models})
+
     async def handle_running(self, request: web.Request) -> web.Response:
-        return web.json_response({"running": self.fleet.status()})
+        peers = [
+            {"peer": peer.id, "model": name, "available": health.available, "reason": health.reason,
+             "checked_at": health.checked_at or None}
+            for peer in self.config.peers.values() if peer.probe > 0
+            for name in peer.models
+            for health in [self.peers.health(peer.id, name)]
+        ]
+        return web.json_response({"running": self.fleet.status(), "devices": self._devices(), "peers": peers})
+
+    def _devices(self) -> list[dict[str, Any]]:
+        devices_status = getattr(self.fleet, "devices_status", None)
+        return devices_status() if devices_status is not None else []
+
+    def _local_model(self, request: web.Request) -> str | web.Response | None:
+        name = request.query.get("model")
+        if not name:
+            return None
+        model_id = self.config.resolve_alias(name)
+        return model_id if model_id is not None else self._unknown_model(name)
+
+    async def handle_load(self, request: web.Request) -> web.Response:
+        model_id = self._local_model(request)
+        if model_id is None:
+            return error_response(400, "say which model to load with ?model=ID")
+        if isinstance(model_id, web.Response):
+            return model_id
+        try:
+            await self.load(model_id)
+        except SwaplabError as error:
+            return error_response(503, str(error), "model_unavailable")
+        return web.json_response({"loaded": model_id})
 
     async def handle_unload(self, request: web.Request) -> web.Response:
-        name = request.query.get("model")
-        model_id = None
-        if name:
-            model_id = self.config.resolve_alias(name)
-            if model_id is None:
-                return self._unknown_model(name)
+        model_id = self._local_model(request)
+        if isinstance(model_id, web.Response):
+            return model_id
         stopped = await self.fleet.unload(model_id)
         return web.json_response({"unloaded": stopped})
 
@@ -262,3 +374,24 @@ class Router:
         text = "".join(f"[{line.source}] {line.text}\n" for line in lines)
         return web.Response(text=text)
 
+    async def handle_logs_stream(self, request: web.Request) -> web.StreamResponse:
+        """SSE: the recent lines, then each new one, as `data: {"time", "source", "text"}`."""
+        source = request.query.get("source")
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+        await response.prepare(request)
+        queue = self.logs.subscribe()
+        try:
+            for line in self.logs.recent(source, limit=int(request.query.get("limit", "200"))):
+                await response.write(_log_event(line))
+            while True:
+                line = await queue.get()
+                if source is None or line.source == source:
+                    await response.write(_log_event(line))
+        finally:
+            self.logs.unsubscribe(queue)
+
+
+def _log_event(line) -> bytes:
+    return b"data: " + json.dumps({"time": line.time, "source": line.source, "text": line.text}).encode() + b"\n\n"

@@ -1,0 +1,55 @@
+"""`apiKeys`: every route but `/health` needs one of the keys, as Bearer, x-api-key or Basic password."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+OPEN_PATHS = frozenset({"/health"})
+CREDENTIAL_HEADERS = ("Authorization", "x-api-key")
+
+
+def presented_key(request: web.Request) -> str | None:
+    """The key a client presented, in whichever of the three forms it used."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value:
+        return value.strip()
+    if scheme.lower() == "basic" and value:
+        try:
+            _, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return password
+    return request.headers.get("x-api-key") or None
+
+
+def key_matches(presented: str | None, keys: tuple[str, ...]) -> bool:
+    if presented is None:
+        return False
+    # Compare against every key, in constant time each, so timing tells nothing.
+    return any([hmac.compare_digest(presented.encode(), key.encode()) for key in keys])
+
+
+def api_key_middleware(current_keys: Callable[[], tuple[str, ...]]):
+    """Reject requests without a valid key while any key is configured (read per request: reloads apply)."""
+
+    @web.middleware
+    async def check_key(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        keys = current_keys()
+        if not keys or request.path in OPEN_PATHS:
+            return await handler(request)
+        if not key_matches(presented_key(request), keys):
+            body = {"error": {"message": "invalid or missing API key", "type": "authentication_error", "code": 401}}
+            return web.json_response(
+                body, status=401, headers={"WWW-Authenticate": 'Bearer realm="swaplab", Basic realm="swaplab"'}
+            )
+        return await handler(request)
+
+    return check_key

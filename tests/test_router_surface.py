@@ -1,0 +1,207 @@
+"""The rest of llama-swap's surface: keys, filters, limits, listing, preload, load, log streaming."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import aiohttp
+import pytest
+
+from procs import PYTHON, SIM, wait_until
+
+ECHO_SCRIPT = """
+import json, sys
+from aiohttp import web
+# Answers every POST with what it received: the body and the credential headers.
+async def echo(request):
+    body = await request.read()
+    return web.json_response({
+        "body": json.loads(body) if body else None,
+        "authorization": request.headers.get("Authorization"),
+        "x_api_key": request.headers.get("x-api-key"),
+        "path": request.path_qs,
+    })
+app = web.Application()
+app.router.add_get("/health", lambda r: web.Response(text="ok"))
+app.router.add_post("/{tail:.*}", echo)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+@pytest.fixture
+def echo_script(tmp_path):
+    path = tmp_path / "echo.py"
+    path.write_text(ECHO_SCRIPT)
+    return path
+
+
+async def post(session, url, body, headers=None):
+    async with session.post(url, json=body, headers=headers) as response:
+        return response.status, await response.json(content_type=None), response.headers
+
+
+async def test_api_keys_guard_every_route_but_health(router_factory, echo_script):
+    router = router_factory(f"""
+apiKeys: [sk-one, sk-two]
+models:
+  echo:
+    cmd: {PYTHON} {echo_script} ${{PORT}}
+""")
+    url = f"{router.url}/v1/chat/completions"
+    body = {"model": "echo", "messages": []}
+    basic = "Basic " + base64.b64encode(b"anyone:sk-two").decode()
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{router.url}/health") as response:
+            assert response.status == 200
+        for path in ("/v1/models", "/running", "/logs"):
+            async with session.get(router.url + path) as response:
+                assert response.status == 401, path
+        status, error, headers = await post(session, url, body, {"Authorization": "Bearer sk-wrong"})
+        assert status == 401 and error["error"]["type"] == "authentication_error"
+        assert "Basic" in headers["WWW-Authenticate"]
+        for credentials in ({"Authorization": "Bearer sk-one"}, {"x-api-key": "sk-two"}, {"Authorization": basic}):
+            status, echoed, _ = await post(session, url, body, credentials)
+            assert status == 200, credentials
+            # The router's key stays with the router: the backend never sees it.
+            assert echoed["authorization"] is None and echoed["x_api_key"] is None
+    assert "sk-one" not in router.output() and "sk-two" not in router.output()
+
+
+async def test_use_model_name_and_filters_rewrite_the_body(router_factory, echo_script):
+    router = router_factory(f"""
+models:
+  echo:
+    cmd: {PYTHON} {echo_script} ${{PORT}}
+    useModelName: served-name
+    filters:
+      stripParams: "temperature, top_p, model"
+      setParams:
+        max_tokens: 7
+        chat_template_kwargs: {{enable_thinking: false}}
+""")
+    async with aiohttp.ClientSession() as session:
+        status, echoed, _ = await post(session, f"{router.url}/v1/chat/completions", {
+            "model": "echo", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.9, "top_p": 0.5,
+            "max_tokens": 1000, "seed": 3,
+        })
+    assert status == 200
+    assert echoed["body"] == {
+        "model": "served-name",  # never stripped, renamed by useModelName
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 7,
+        "seed": 3,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+async def test_concurrency_limit_answers_429_with_retry_after(router_factory):
+    router = router_factory(f"""
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a --ttft-ms 1500
+    concurrencyLimit: 2
+""")
+    body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    async with aiohttp.ClientSession() as session:
+        first = [asyncio.ensure_future(post(session, f"{router.url}/v1/chat/completions", body)) for _ in range(2)]
+
+        async def held() -> int:
+            async with session.get(f"{router.url}/running") as response:
+                entries = (await response.json())["running"]
+            return sum(entry["in_flight"] + entry["queued"] for entry in entries)
+
+        while await held() < 2:
+            await asyncio.sleep(0.01)
+        status, error, headers = await post(session, f"{router.url}/v1/chat/completions", body)
+        assert status == 429 and headers["Retry-After"] == "1"
+        assert "concurrencyLimit" in error["error"]["message"]
+        assert [result[0] for result in await asyncio.gather(*first)] == [200, 200]
+
+
+async def test_listing_honours_unlisted_and_include_aliases(router_factory):
+    router = router_factory(f"""
+includeAliasesInList: true
+models:
+  shown:
+    cmd: {SIM} --port ${{PORT}} --model shown
+    aliases: [shown-alias]
+    name: Shown Model
+  hidden:
+    cmd: {SIM} --port ${{PORT}} --model hidden
+    unlisted: true
+""")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{router.url}/v1/models") as response:
+            listed = {entry["id"]: entry for entry in (await response.json())["data"]}
+        async with session.get(f"{router.url}/api/models") as response:
+            detailed = {entry["id"]: entry for entry in (await response.json())["models"]}
+        status, _, _ = await post(session, f"{router.url}/v1/chat/completions", {"model": "hidden", "messages": [{"role": "user", "content": "hi"}]})
+    assert set(listed) == {"shown", "shown-alias"}
+    assert listed["shown-alias"]["alias_of"] == "shown" and listed["shown"]["name"] == "Shown Model"
+    assert detailed["hidden"]["unlisted"] is True and detailed["shown"]["aliases"] == ["shown-alias"]
+    assert status == 200  # unlisted is not unreachable
+
+
+async def test_preload_starts_models_at_startup(router_factory):
+    router = router_factory(f"""
+hooks:
+  on_startup:
+    preload: [b-alias]
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+  b:
+    cmd: {SIM} --port ${{PORT}} --model b
+    aliases: [b-alias]
+""")
+
+    def b_ready():
+        import urllib.request
+
+        with urllib.request.urlopen(f"{router.url}/running") as response:
+            return {e["model"]: e["state"] for e in json.load(response)["running"]}.get("b") == "ready"
+
+    wait_until(b_ready, 30, "the preloaded model to be ready")
+
+
+async def test_load_and_unload_endpoints(router_factory):
+    router = router_factory(f"""
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+""")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/load?model=a") as response:
+            assert response.status == 200 and await response.json() == {"loaded": "a"}
+        async with session.get(f"{router.url}/running") as response:
+            assert [e["state"] for e in (await response.json())["running"]] == ["ready"]
+        async with session.post(f"{router.url}/load?model=zzz") as response:
+            assert response.status == 404
+        async with session.post(f"{router.url}/unload?model=a") as response:
+            assert await response.json() == {"unloaded": ["a"]}
+        async with session.get(f"{router.url}/running") as response:
+            assert (await response.json())["running"] == []
+
+
+async def test_logs_stream_sends_backend_output_live(router_factory):
+    router = router_factory(f"""
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+""")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{router.url}/logs/stream") as stream:
+            assert stream.headers["Content-Type"] == "text/event-stream"
+            async with session.post(f"{router.url}/load?model=a") as response:
+                assert response.status == 200
+            seen = []
+            async with asyncio.timeout(20):
+                async for raw in stream.content:
+                    if raw.startswith(b"data: "):
+                        seen.append(json.loads(raw[6:]))
+                    ready = any(e["source"] == "router" and "a ready" in e["text"] for e in seen)
+                    # The backend's own output comes through its pipe, in its own time.
+                    if ready and any(e["source"] == "a" and "listening" in e["text"] for e in seen):
+                        break
