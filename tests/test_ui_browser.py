@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import SIM, Router
+from procs import SIM
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists() and not os.environ.get("CI"):
@@ -79,16 +79,8 @@ def model_row(page: Page, model_id: str):
     return page.locator(f'#models tr[data-model="{model_id}"]')
 
 
-@pytest.fixture
-def router(tmp_path):
-    config = tmp_path / "config.yaml"
-    config.write_text(CONFIG)
-    router = Router(config, tmp_path)
-    yield router
-    router.close()
-
-
-def test_page_shows_state_and_its_buttons_load_and_unload(router):
+def test_page_shows_state_and_its_buttons_load_and_unload(router_factory):
+    router = router_factory(CONFIG)
     assert post_json(f"{router.url}/load?model=a") == (200, {"loaded": "a"})
     ARTIFACTS.mkdir(exist_ok=True)
     console_errors: list[str] = []
@@ -107,7 +99,10 @@ def test_page_shows_state_and_its_buttons_load_and_unload(router):
             expect(a).to_contain_text("Model A")
             expect(a).to_contain_text("alpha")
             expect(a).to_contain_text("the first sim")
-            expect(page.locator('#devices tr[data-device="0"]')).to_contain_text("fake GPU 0")
+            device_0 = page.locator('#devices tr[data-device="0"]')
+            expect(device_0).to_contain_text("fake GPU 0")
+            expect(device_0).to_contain_text("a · 6.0 GiB")  # a's claim on it
+            expect(device_0).to_contain_text("16.0 GiB")  # its size
             expect(page.locator('#peers tr[data-model="remote/big-model"]')).to_contain_text("available")
             # The live log pane streamed the backend's own output.
             expect(page.locator("#log")).to_contain_text("sim: model a listening")

@@ -299,21 +299,28 @@ function renderDevices(devices) {
     ...devices.map((device) => {
       const row = element("tr");
       row.dataset.device = device.id;
+      // The declared size, else what NVML reads (older routers name it capacity_gib).
+      const capacityGiB = device.capacity_gib ?? device.vram_gib ?? device.total_gib;
       const claimed = element("td");
-      const capacity = Number(device.capacity_gib) || 0;
+      const capacity = Number(capacityGiB) || 0;
       const share = capacity ? Math.min(1, (Number(device.claimed_gib) || 0) / capacity) : 0;
       const meter = element("span", "meter");
       const fill = element("span", "meter-fill");
       fill.style.width = `${Math.round(share * 100)}%`;
       meter.append(fill);
       claimed.append(meter, element("span", null, formatGiB(device.claimed_gib)));
+      const holders = element("td", "chips");
+      for (const [model, amount] of Object.entries(device.models || {})) {
+        holders.append(element("code", "chip", amount === null ? `${model} · whole device` : `${model} · ${formatGiB(amount)}`));
+      }
       row.append(
         element("td", "model-id", device.id),
-        element("td", null, device.name || ""),
+        element("td", null, device.name || device.nvml_name || ""),
+        holders,
         claimed,
         element("td", null, formatGiB(device.used_gib)),
         element("td", null, formatGiB(device.free_gib)),
-        element("td", null, formatGiB(device.capacity_gib)),
+        element("td", null, formatGiB(capacityGiB)),
       );
       return row;
     }),
