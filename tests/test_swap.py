@@ -27,24 +27,26 @@ WITH_PERSISTENT = config(
 )
 
 
-@pytest.mark.parametrize(
-    "cfg, target, running, expected",
-    [
-        (NO_GROUPS, "a", [], []),
-        (NO_GROUPS, "a", ["a"], []),
-        (NO_GROUPS, "b", ["a"], ["a"]),  # implicit group: swap and exclusive, one at a time
-        (NO_GROUPS, "c", ["b", "a"], ["b", "a"]),  # order kept (the fleet passes least recently used first)
-        (SWAP_PAIR, "b", ["a"], ["a"]),
-        (SWAP_PAIR, "b", ["c"], []),  # a non-exclusive group leaves the default group alone
-        (SWAP_PAIR, "c", ["a"], ["a"]),  # the default group is exclusive
-        (TOGETHER, "b", ["a"], []),  # swap: false lets members run together
-        (TOGETHER, "b", ["a", "c"], []),
-        (EXCLUSIVE_TOGETHER, "b", ["a", "c"], ["c"]),
-        (WITH_PERSISTENT, "a", ["c", "d", "e"], ["d", "e"]),  # persistent groups survive exclusivity
-        (WITH_PERSISTENT, "b", ["a", "c"], ["a"]),
-        (WITH_PERSISTENT, "d", ["a", "c"], []),  # a non-exclusive group stops no one
-        (WITH_PERSISTENT, "e", ["a", "c", "d"], ["a", "d"]),  # the default group is exclusive, c persists
-    ],
-)
+# (config, target, running models least recently used first, models that must stop);
+# tests/test_placement.py checks the placement decision against the same table.
+CASES = [
+    (NO_GROUPS, "a", [], []),
+    (NO_GROUPS, "a", ["a"], []),
+    (NO_GROUPS, "b", ["a"], ["a"]),  # implicit group: swap and exclusive, one at a time
+    (NO_GROUPS, "c", ["b", "a"], ["b", "a"]),  # order kept (the fleet passes least recently used first)
+    (SWAP_PAIR, "b", ["a"], ["a"]),
+    (SWAP_PAIR, "b", ["c"], []),  # a non-exclusive group leaves the default group alone
+    (SWAP_PAIR, "c", ["a"], ["a"]),  # the default group is exclusive
+    (TOGETHER, "b", ["a"], []),  # swap: false lets members run together
+    (TOGETHER, "b", ["a", "c"], []),
+    (EXCLUSIVE_TOGETHER, "b", ["a", "c"], ["c"]),
+    (WITH_PERSISTENT, "a", ["c", "d", "e"], ["d", "e"]),  # persistent groups survive exclusivity
+    (WITH_PERSISTENT, "b", ["a", "c"], ["a"]),
+    (WITH_PERSISTENT, "d", ["a", "c"], []),  # a non-exclusive group stops no one
+    (WITH_PERSISTENT, "e", ["a", "c", "d"], ["a", "d"]),  # the default group is exclusive, c persists
+]
+
+
+@pytest.mark.parametrize("cfg, target, running, expected", CASES)
 def test_must_stop(cfg, target, running, expected):
     assert must_stop(cfg, target, running) == expected

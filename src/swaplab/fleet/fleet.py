@@ -1,7 +1,8 @@
 """The one owner of every backend's lifecycle: who runs, who waits, who must stop.
 
 Requests call `lease(model)`; the fleet holds them until the model is ready, starts
-and stops backends by the group rules, and never evicts a model with requests in
+and stops backends as `placement.place` decides (llama-swap's group rules, or device
+claims when the config declares devices), and never evicts a model with requests in
 flight. Every decision is taken in `_schedule`, a synchronous method: on one event
 loop nothing can change between reading a state and acting on it.
 """
@@ -12,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +23,11 @@ import aiohttp
 
 from swaplab.config.model import Config
 from swaplab.errors import BackendStartError, SwaplabError
+from swaplab.fleet.devices import DeviceProbe, free_gib
 from swaplab.fleet.logs import LogHub
+from swaplab.fleet.placement import Placement, Resident, claims, place
 from swaplab.fleet.process import Backend, State
 from swaplab.fleet.reaper import PidFiles
-from swaplab.fleet.swap import must_stop
 
 log = logging.getLogger("swaplab.fleet")
 
@@ -33,6 +35,17 @@ log = logging.getLogger("swaplab.fleet")
 # the swap, so A B A B is served A A B B; after this long the waiting model's turn
 # comes first, so steady traffic to A cannot starve B.
 BATCH_WINDOW_SECONDS = 5.0
+
+# The driver hands a stopped backend's GPU memory back shortly after its processes
+# exit (a TP worker killed with the group may take a moment longer): for this long
+# after a backend left a device, a shortfall NVML reports there is polled again
+# rather than refused.
+MEMORY_SETTLE_SECONDS = 10.0
+MEMORY_POLL_SECONDS = 0.2
+
+
+class PlacementRefused(BackendStartError):
+    """The model can never start as things stand: a claim too big, a persistent model in the way, memory taken."""
 
 
 class BackendUnavailable(SwaplabError):
@@ -59,14 +72,18 @@ class _Waiter:
 class Fleet:
     """Starts, holds and stops the backends of one config."""
 
-    def __init__(self, config: Config, *, state_dir: Path, logs: LogHub):
+    def __init__(self, config: Config, *, state_dir: Path, logs: LogHub, device_probe: DeviceProbe | None = None):
         self.config = config
         self.logs = logs
         self.pid_files = PidFiles(state_dir)
+        self.device_probe = device_probe if device_probe is not None else DeviceProbe()
         self._backends: dict[str, Backend] = {}
         self._in_flight: Counter[str] = Counter()
         self._last_used: dict[str, float] = {}
         self._waiting: list[_Waiter] = []
+        self._waiting_reason: dict[str, str] = {}
+        self._device_left_at: dict[int, float] = {}
+        self._memory_poll: asyncio.TimerHandle | None = None
         self._transitions: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
@@ -175,23 +192,58 @@ class Fleet:
             self._make_room_or_start(backend)
 
     def _make_room_or_start(self, backend: Backend) -> None:
-        active = sorted(
-            (b.id for b in self._backends.values() if b.state is not State.STOPPED and b.id != backend.id),
-            key=lambda model_id: self._last_used.get(model_id, 0.0),
-        )
-        victims = must_stop(self.config, backend.id, active)
-        if any(self._in_flight[v] or self._has_waiters_admissible(v) for v in victims):
-            return  # never evict a busy model: wait for it to go idle
-        if any(self._backends[v].state in (State.STARTING, State.STOPPING) for v in victims):
-            return
-        ready_victims = [v for v in victims if self._backends[v].state is State.READY]
-        if ready_victims:
+        now = time.monotonic()
+        residents = self._residents(busy=lambda m: bool(self._in_flight[m]) or self._has_waiters_admissible(m))
+        free = None
+        settling: list[int] = []
+        if self.config.devices:
+            free = free_gib(self.device_probe.read())
+            settling = [d for d, left in self._device_left_at.items() if now - left < MEMORY_SETTLE_SECONDS]
+        placement = place(self.config, backend.id, residents, free, settling)
+        if placement.action == "start":
+            self._waiting_reason.pop(backend.id, None)
+            self._track(self._await_start(backend, backend.start()))
+        elif placement.action == "evict":
             self.swaps += 1
-            for victim in ready_victims:
+            for victim in placement.evict:
                 log.info("stopping %s to make room for %s", victim, backend.id)
                 self._track(self._backends[victim].stop())
-            return
-        self._track(self._await_start(backend, backend.start()))
+        elif placement.action == "wait":
+            if self._waiting_reason.get(backend.id) != placement.reason:
+                # Waiting for the models just evicted to finish stopping is routine.
+                routine = all(self._backends[m].state is State.STOPPING for m in placement.blocking)
+                log.log(logging.DEBUG if routine else logging.INFO, "%s", placement.reason)
+            self._waiting_reason[backend.id] = placement.reason
+            if placement.short_devices:
+                self._poll_memory_later()
+        else:
+            self._refuse(backend.id, placement)
+
+    def _residents(self, busy: Callable[[str], bool]) -> list[Resident]:
+        """Every model whose backend is not stopped, as the placement decision reads them."""
+        return [
+            Resident(b.id, str(b.state), busy=busy(b.id), last_used=self._last_used.get(b.id, 0.0))
+            for b in self._backends.values()
+            if b.state is not State.STOPPED
+        ]
+
+    def _refuse(self, model_id: str, placement: Placement) -> None:
+        self._waiting_reason.pop(model_id, None)
+        failure = PlacementRefused(placement.reason)
+        log.error("%s", failure)
+        for waiter in [w for w in self._waiting if w.model == model_id]:
+            self._waiting.remove(waiter)
+            if not waiter.future.done():
+                waiter.future.set_exception(failure)
+
+    def _poll_memory_later(self) -> None:
+        """No event says when the driver has handed memory back: look again shortly."""
+        if self._memory_poll is None:
+            def poll() -> None:
+                self._memory_poll = None
+                self._schedule()
+
+            self._memory_poll = asyncio.get_running_loop().call_later(MEMORY_POLL_SECONDS, poll)
 
     def _has_waiters_admissible(self, model_id: str) -> bool:
         """A ready model with queued requests still inside their batch window counts as busy."""
@@ -201,13 +253,20 @@ class Fleet:
         return any(w.model == model_id for w in self._waiting) and not self._overdue_conflict(model_id, now)
 
     def _overdue_conflict(self, model_id: str, now: float) -> bool:
-        """Has a request for a model that `model_id` blocks waited past the batch window?"""
-        for waiter in self._waiting:
-            if waiter.model == model_id or now - waiter.since < BATCH_WINDOW_SECONDS:
-                continue
-            if self._backends.get(waiter.model) and self._backends[waiter.model].state is State.READY:
-                continue
-            if model_id in must_stop(self.config, waiter.model, [model_id]):
+        """Has a request for a model that needs `model_id` gone waited past the batch window?"""
+        overdue = {
+            waiter.model
+            for waiter in self._waiting
+            if waiter.model != model_id
+            and now - waiter.since >= BATCH_WINDOW_SECONDS
+            and self.state_of(waiter.model) is not State.READY
+        }
+        if not overdue:
+            return False
+        residents = self._residents(busy=lambda m: bool(self._in_flight[m]))
+        for target in overdue:
+            placement = place(self.config, target, residents)
+            if model_id in placement.evict or model_id in placement.blocking:
                 return True
         return False
 
@@ -243,6 +302,9 @@ class Fleet:
         wrapper.add_done_callback(self._transitions.discard)
 
     def _backend_exited(self, backend: Backend, expected: bool) -> None:
+        now = time.monotonic()
+        for device in claims(self.config, backend.id):
+            self._device_left_at[device] = now
         self._schedule()
 
     # -- administration ----------------------------------------------------------
@@ -263,17 +325,21 @@ class Fleet:
             if not waiter.future.done():
                 waiter.future.set_exception(BackendStartError("the router is shutting down"))
         self._waiting.clear()
+        if self._memory_poll is not None:
+            self._memory_poll.cancel()
         await asyncio.gather(*(b.stop() for b in self._backends.values()), return_exceptions=True)
         if self._transitions:
             await asyncio.gather(*self._transitions, return_exceptions=True)
         if self._http is not None:
             await self._http.close()
+        self.device_probe.close()
 
     def status(self) -> list[dict[str, Any]]:
-        """One entry per model that is not stopped, or that has a failure to report."""
+        """One entry per model that is not stopped, is waiting to start, or has a failure to report."""
         entries = []
         for backend in self._backends.values():
-            if backend.state is State.STOPPED and not backend.consecutive_failures:
+            queued = sum(1 for w in self._waiting if w.model == backend.id)
+            if backend.state is State.STOPPED and not backend.consecutive_failures and not queued:
                 continue
             entry: dict[str, Any] = {
                 "model": backend.id,
@@ -281,8 +347,11 @@ class Fleet:
                 "pid": backend.pid,
                 "proxy": backend.model.proxy,
                 "in_flight": self._in_flight[backend.id],
-                "queued": sum(1 for w in self._waiting if w.model == backend.id),
+                "queued": queued,
+                "devices": _claim_json(claims(self.config, backend.id)),
             }
+            if backend.state is State.STOPPED and queued and backend.id in self._waiting_reason:
+                entry["waiting"] = self._waiting_reason[backend.id]
             if backend.start_seconds is not None:
                 entry["start_seconds"] = round(backend.start_seconds, 3)
             if backend.consecutive_failures:
@@ -294,6 +363,47 @@ class Fleet:
             entries.append(entry)
         return entries
 
+    def devices_status(self) -> list[dict[str, Any]]:
+        """One entry per declared device (and per device NVML sees): size, claims, real memory.
+
+        `vram_gib` is the declared size (None when not declared), `claimed_gib` the sum
+        of the claims of models not stopped, `models` each one's claim (None = the whole
+        of a device of undeclared size); `total_gib`, `used_gib`, `free_gib` and
+        `nvml_name` are NVML's reading, present only when NVML answers.
+        """
+        readings = self.device_probe.read() or {}
+        held: dict[int, dict[str, float | None]] = {}
+        for backend in self._backends.values():
+            if backend.state is not State.STOPPED:
+                for device, amount in claims(self.config, backend.id).items():
+                    held.setdefault(device, {})[backend.id] = amount
+        entries = []
+        for device in sorted(set(self.config.devices) | set(readings)):
+            declared = self.config.devices.get(device)
+            reading = readings.get(device)
+            models = held.get(device, {})
+            entry: dict[str, Any] = {
+                "id": device,
+                "name": (declared.name if declared else "") or (reading.name if reading else ""),
+                "vram_gib": declared.vram_gib if declared and declared.vram_gib else None,
+                "claimed_gib": round(sum(a for a in models.values() if a is not None), 3),
+                "models": {m: (None if a is None else round(a, 3)) for m, a in models.items()},
+            }
+            if reading is not None:
+                entry.update(
+                    nvml_name=reading.name,
+                    total_gib=round(reading.total_gib, 3),
+                    used_gib=round(reading.used_gib, 3),
+                    free_gib=round(reading.free_gib, 3),
+                )
+            entries.append(entry)
+        return entries
+
     def state_of(self, model_id: str) -> State:
         backend = self._backends.get(model_id)
         return backend.state if backend else State.STOPPED
+
+
+def _claim_json(claim: dict[int, float | None]) -> dict[str, float | None]:
+    """JSON object keys are strings: `{"0": 8.5, "1": 8.5}`; None = the whole device."""
+    return {str(device): amount for device, amount in claim.items()}

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aiohttp
 
@@ -27,6 +27,22 @@ log = logging.getLogger("swaplab.fleet")
 READY_POLL_FIRST = 0.02
 READY_POLL_MAX = 0.25
 GENERATE_ATTEMPT_TIMEOUT = 30.0
+
+
+def device_env(model: ModelConfig, inherited: Mapping[str, str]) -> dict[str, str]:
+    """`CUDA_VISIBLE_DEVICES` from the model's `devices`, unless its `env` sets it.
+
+    Device ids are NVML's (`nvidia-smi`'s) indexes, in PCI bus order; CUDA numbers
+    devices fastest first unless told otherwise, which on a mixed box names another
+    GPU. So `CUDA_DEVICE_ORDER=PCI_BUS_ID` comes along, unless already set.
+    """
+    own = {name for name, _ in model.env}
+    if not model.devices or "CUDA_VISIBLE_DEVICES" in own:
+        return {}
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(device) for device in model.devices)}
+    if "CUDA_DEVICE_ORDER" not in own and "CUDA_DEVICE_ORDER" not in inherited:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
 
 
 class State(enum.StrEnum):
@@ -113,7 +129,7 @@ class Backend:
 
     async def _spawn(self) -> None:
         argv = list(self.model.cmd)
-        env = {**os.environ, **self._extra_env, **dict(self.model.env)}
+        env = {**os.environ, **device_env(self.model, os.environ), **self._extra_env, **dict(self.model.env)}
         self._exited = asyncio.Event()
         try:
             self.process = await asyncio.create_subprocess_exec(

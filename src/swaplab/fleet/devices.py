@@ -1,0 +1,100 @@
+"""What the GPUs themselves say: NVML's per-device memory, when there is NVML to ask.
+
+Optional: `nvidia-ml-py` (the `gpu` extra) provides `pynvml`. Without it, without a
+driver or without a GPU, every reading is None and nothing else changes: placement
+then goes by the declared claims alone. Device ids are NVML's indexes, the ones
+`nvidia-smi` prints.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("swaplab.fleet")
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    index: int
+    name: str
+    total_gib: float
+    used_gib: float
+    free_gib: float
+
+
+class DeviceProbe:
+    """NVML, opened on first use and kept open; `read()` is None where NVML cannot answer."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._unavailable = False
+
+    def read(self) -> dict[int, DeviceReading] | None:
+        """Memory of every device, by index; None without NVML or without a GPU."""
+        nvml = self._open()
+        if nvml is None:
+            return None
+        try:
+            readings = {}
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                name = nvml.nvmlDeviceGetName(handle)
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                readings[index] = DeviceReading(
+                    index=index,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    total_gib=memory.total / GIB,
+                    used_gib=memory.used / GIB,
+                    free_gib=memory.free / GIB,
+                )
+        except nvml.NVMLError as error:
+            log.debug("NVML reading failed: %s", error)
+            return None
+        return readings or None
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError as error:
+                log.debug("nvmlShutdown failed: %s", error)
+            self._nvml = None
+
+    def _open(self) -> Any:
+        if self._nvml is not None or self._unavailable:
+            return self._nvml
+        try:
+            import pynvml
+        except ImportError:
+            log.debug("no NVML: nvidia-ml-py is not installed (pip install 'swaplab[gpu]')")
+            self._unavailable = True
+            return None
+        try:
+            pynvml.nvmlInit()
+        except Exception as error:  # NVMLError, or a library too broken to say which
+            # No driver or no GPU: this machine has nothing to report, now or later.
+            log.debug("no NVML: %s", error)
+            self._unavailable = True
+            return None
+        self._nvml = pynvml
+        return pynvml
+
+
+def read_devices() -> dict[int, DeviceReading] | None:
+    """One reading of every device's memory, NVML opened and closed around it."""
+    probe = DeviceProbe()
+    try:
+        return probe.read()
+    finally:
+        probe.close()
+
+
+def free_gib(readings: dict[int, DeviceReading] | None) -> dict[int, float] | None:
+    """Free GiB per device index, as `placement.place` takes it."""
+    if readings is None:
+        return None
+    return {index: reading.free_gib for index, reading in readings.items()}

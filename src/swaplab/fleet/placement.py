@@ -1,0 +1,311 @@
+"""Where a model may run: the one decision to start it, stop others first, wait, or refuse.
+
+Pure: plain data in, a `Placement` out; no processes, no clocks, no I/O. The fleet
+gathers the residents (and, when NVML answers, each device's free memory), asks, and
+acts on the answer.
+
+Two regimes, chosen by the config:
+
+- **No top-level `devices`**: llama-swap's group rules (`swap.must_stop`), exactly as
+  llama-swap applies them. A per-model `devices` then only sets `CUDA_VISIBLE_DEVICES`.
+- **With `devices`**: memory decides. Each model claims GiB on devices; models run
+  together when, on every device they share, their claims fit its `vramGiB`:
+
+  - a model claims `vramGiB[d]` on each device `d` of its `devices`, or the whole
+    device where no amount is given; a model without `devices` claims every declared
+    device whole (it could use any of them, so it is given all);
+  - a device declared without `vramGiB` holds one model at a time (nothing to add up);
+  - the implicit group of ungrouped models is neither `swap` nor `exclusive`, and no
+    group's `exclusive` applies: running together is the point of declaring devices,
+    and the claims say precisely what exclusivity only approximated. To keep a model
+    alone, let it claim its devices whole;
+  - an explicit group's `swap: true` still allows one member at a time;
+  - a `persistent` group's member is never stopped to make room: a start it blocks is
+    refused, naming it.
+
+In both regimes a model that must go but is busy (requests in flight or admitted work
+queued), starting or stopping means *wait*, and nothing is stopped meanwhile; idle ready
+models that must go are *evicted*, and the fleet asks again once they have stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from swaplab.config.model import Config, DeviceConfig
+from swaplab.fleet.swap import must_stop
+
+# Float claims such as 8.5 + 7.5 must fit a 16 GiB device exactly.
+EPSILON_GIB = 1e-6
+
+Claim = dict[int, float | None]
+"""GiB per device id; None = the whole of a device whose size was not declared."""
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A model whose backend is not stopped."""
+
+    model_id: str
+    state: str
+    """"starting", "ready" or "stopping"."""
+    busy: bool = False
+    """Requests in flight, or admitted work queued for it: never stopped while so."""
+    last_used: float = 0.0
+    """When its last request ended, on any monotonic scale; smaller = less recently used."""
+
+    @property
+    def idle(self) -> bool:
+        return self.state == "ready" and not self.busy
+
+
+@dataclass(frozen=True)
+class Placement:
+    action: Literal["start", "evict", "wait", "refuse"]
+    evict: tuple[str, ...] = ()
+    """With "evict": stop these (least recently used first), then ask again."""
+    blocking: tuple[str, ...] = ()
+    """With "wait": every model that must be gone before the target can start."""
+    reason: str = ""
+    """With "wait" and "refuse": a sentence naming the models and devices in the way."""
+    short_devices: tuple[int, ...] = ()
+    """Devices whose free memory (NVML) is short of the claim: with "refuse", or with
+    "wait" while memory a backend just left may still be on its way back."""
+
+
+START = Placement("start")
+
+
+def place(
+    config: Config,
+    target: str,
+    residents: Sequence[Resident],
+    free_gib: Mapping[int, float] | None = None,
+    settling: Collection[int] = (),
+) -> Placement:
+    """What to do so that `target` (a stopped model) can start, given who runs now.
+
+    `free_gib`: free memory per device id as NVML reads it now, or None where unknown.
+    `settling`: devices that a backend left moments ago, whose memory the driver may
+    still be handing back; a shortfall there means wait, not refuse.
+    """
+    others = sorted((r for r in residents if r.model_id != target), key=lambda r: r.last_used)
+    if not config.devices:
+        victims = must_stop(config, target, [r.model_id for r in others])
+        by_id = {r.model_id: r for r in others}
+        return _evict_or_wait(target, [by_id[v] for v in victims])
+    return _place_on_devices(config, target, others, free_gib, settling)
+
+
+def claims(config: Config, model_id: str) -> Claim:
+    """GiB the model claims on each device; empty when the config declares no devices."""
+    if not config.devices:
+        return {}
+    model = config.models[model_id]
+    devices = model.devices or tuple(config.devices)
+    claim: Claim = {}
+    for device in devices:
+        declared = config.devices.get(device)
+        whole = declared.vram_gib if declared is not None and declared.vram_gib else None
+        claim[device] = model.vram_gib.get(device, whole)
+    return claim
+
+
+def claim_faults(config: Config, model_id: str) -> list[str]:
+    """Why the model's claim can never be met on the declared devices (empty when it can)."""
+    faults = []
+    for device, amount in claims(config, model_id).items():
+        declared = config.devices.get(device)
+        if declared is None:
+            faults.append(
+                f"model {model_id!r} claims device {device}, which is not declared under devices "
+                f"(declared: {', '.join(map(str, sorted(config.devices)))})"
+            )
+        elif declared.vram_gib and amount is not None and amount > declared.vram_gib + EPSILON_GIB:
+            faults.append(
+                f"model {model_id!r} needs {amount:g} GiB on device {_device_name(declared)}, "
+                f"which has {declared.vram_gib:g} GiB"
+            )
+    return faults
+
+
+# -- with devices ----------------------------------------------------------------------
+
+
+def _place_on_devices(
+    config: Config,
+    target: str,
+    others: list[Resident],
+    free_gib: Mapping[int, float] | None,
+    settling: Collection[int],
+) -> Placement:
+    faults = claim_faults(config, target)
+    if faults:
+        return Placement("refuse", reason="; ".join(faults))
+    want = claims(config, target)
+    held = {r.model_id: claims(config, r.model_id) for r in others}
+
+    siblings = [r for r in others if r.model_id in _swap_siblings(config, target)]
+    rest = [r for r in others if r not in siblings]
+    persistent = [r for r in rest if config.group_of(r.model_id).persistent]
+    blocked = _overfull(config, want, (held[r.model_id] for r in persistent))
+    if blocked:
+        return Placement("refuse", reason=_persistent_reason(config, target, want, blocked, persistent, held))
+
+    # Count first on the models already stopping (they are leaving anyway), then stop
+    # idle ones before waiting for busy or starting ones, least recently used first, and
+    # only those on a device still too full; then keep back any that proved unnecessary.
+    movable = [r for r in rest if r not in persistent and held[r.model_id].keys() & want.keys()]
+    order = sorted(movable, key=_cost_of_removal)
+    keep = list(rest)
+    removed: list[Resident] = []
+    for resident in order:
+        over = _overfull(config, want, (held[r.model_id] for r in keep))
+        if not over:
+            break
+        if held[resident.model_id].keys() & set(over):
+            keep.remove(resident)
+            removed.append(resident)
+    for resident in sorted(removed, key=lambda r: (-_cost_of_removal(r), -r.last_used)):
+        if not _overfull(config, want, (held[r.model_id] for r in [*keep, resident])):
+            keep.append(resident)
+            removed.remove(resident)
+
+    needed = sorted(siblings + removed, key=lambda r: r.last_used)
+    decision = _evict_or_wait(target, needed)
+    if decision.action == "wait" or free_gib is None:
+        return decision
+    return _check_free_memory(config, target, decision, needed, held, free_gib, rest, settling)
+
+
+def _cost_of_removal(resident: Resident) -> int:
+    """0: stopping already; 1: idle, stopped at once; 2: busy or starting, waited for."""
+    if resident.state == "stopping":
+        return 0
+    return 1 if resident.idle else 2
+
+
+def _swap_siblings(config: Config, target: str) -> set[str]:
+    """Members of the target's explicit `swap: true` group: one of them at a time."""
+    for group in config.groups.values():
+        if target in group.members and group.swap:
+            return set(group.members) - {target}
+    return set()
+
+
+def _overfull(config: Config, want: Claim, held: Iterable[Claim]) -> list[int]:
+    """Devices of `want` on which it does not fit beside the `held` claims."""
+    on_device = {device: [amount] for device, amount in want.items()}
+    for claim in held:
+        for device, amount in claim.items():
+            if device in on_device:
+                on_device[device].append(amount)
+    return [device for device, amounts in on_device.items() if not _fits(config.devices[device], amounts)]
+
+
+def _fits(device: DeviceConfig, amounts: list[float | None]) -> bool:
+    if not device.vram_gib or None in amounts:
+        return len(amounts) <= 1
+    return sum(a for a in amounts if a is not None) <= device.vram_gib + EPSILON_GIB
+
+
+def _check_free_memory(
+    config: Config,
+    target: str,
+    decision: Placement,
+    needed: list[Resident],
+    held: dict[str, Claim],
+    free_gib: Mapping[int, float],
+    rest: list[Resident],
+    settling: Collection[int],
+) -> Placement:
+    """Refuse a start that the memory actually free cannot hold, rather than let it OOM.
+
+    Only explicit `vramGiB` amounts are checked: a whole-device claim takes what is
+    there, and no device ever reports all of its nominal size free. Memory of the models
+    being stopped counts as free (at most their claims come back).
+    """
+    shortfalls = []
+    for device, amount in config.models[target].vram_gib.items():
+        if device not in free_gib:
+            continue
+        returning = [held[r.model_id].get(device, 0.0) for r in needed]
+        if None in returning:
+            continue  # a whole device of unknown size comes back: no bound to check against
+        available = free_gib[device] + sum(a for a in returning if a is not None)
+        if amount > available + EPSILON_GIB:
+            shortfalls.append((device, amount, available))
+    if not shortfalls:
+        return decision
+    devices = tuple(device for device, _, _ in shortfalls)
+    stopping_there = [
+        r.model_id for r in rest if r.state == "stopping" and held[r.model_id].keys() & set(devices)
+    ]
+    if stopping_there or set(devices) & set(settling):
+        return Placement(
+            "wait",
+            reason=f"model {target!r} waits for the memory of stopped models to be released on device "
+            f"{', '.join(map(str, devices))}",
+            short_devices=devices,
+        )
+    after = f" even after stopping {_join(repr(r.model_id) for r in needed)}" if needed else ""
+    sentences = [
+        f"model {target!r} needs {amount:g} GiB on device {_device_name(config.devices[device])}, "
+        f"which has {available:.1f} GiB free{after} (other processes hold the rest)"
+        for device, amount, available in shortfalls
+    ]
+    return Placement("refuse", reason="; ".join(sentences), short_devices=devices)
+
+
+def _persistent_reason(
+    config: Config, target: str, want: Claim, blocked: list[int], persistent: list[Resident], held: dict[str, Claim]
+) -> str:
+    parts = []
+    blockers: list[str] = []
+    for device in blocked:
+        holders = [r.model_id for r in persistent if device in held[r.model_id]]
+        blockers += [m for m in holders if m not in blockers]
+        amounts = _join(f"{m!r} holds {_gib(held[m][device])}" for m in holders)
+        parts.append(f"on device {_device_name(config.devices[device])} it needs {_gib(want[device])}, "
+                     f"where persistent {amounts}")
+    return (
+        f"model {target!r} cannot start: {'; '.join(parts)}; a persistent model is never stopped "
+        f"to make room: unload {_join(repr(m) for m in blockers)} (POST /unload?model=...) or lower the claims"
+    )
+
+
+# -- shared ------------------------------------------------------------------------------
+
+
+def _evict_or_wait(target: str, victims: list[Resident]) -> Placement:
+    if not victims:
+        return START
+    held = [v for v in victims if not v.idle]
+    if held:
+        return Placement(
+            "wait",
+            blocking=tuple(v.model_id for v in victims),
+            reason=f"model {target!r} waits for {_join(_why(v) for v in held)} before it can start",
+        )
+    return Placement("evict", evict=tuple(v.model_id for v in victims))
+
+
+def _why(resident: Resident) -> str:
+    if resident.state != "ready":
+        return f"{resident.model_id!r} ({resident.state})"
+    return f"{resident.model_id!r} (busy)"
+
+
+def _join(items: Iterable[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _device_name(device: DeviceConfig) -> str:
+    return f"{device.id} ({device.name})" if device.name else str(device.id)
+
+
+def _gib(amount: float | None) -> str:
+    return "the whole device" if amount is None else f"{amount:g} GiB"
