@@ -192,6 +192,11 @@ def test_a_persistent_model_in_the_way_is_a_refusal_that_names_it():
     )
 
 
+def test_a_persistent_model_already_stopping_is_waited_for():
+    decision = place(PERSISTENT, "llm", [Resident("embed", "stopping")])  # unloaded by hand
+    assert decision.action == "wait" and decision.blocking == ("embed",)
+
+
 def test_a_persistent_model_not_running_blocks_nothing():
     assert place(PERSISTENT, "llm", idle("small")) == evict("small")
 
@@ -223,6 +228,9 @@ def test_claims():
     assert claims(UNSIZED, "a") == {0: 2.0}
     assert claims(config({"u": on(0)}, devices={0: 0}), "u") == {0: None}
     assert claims(GROUP_CASES[0][0], "a") == {}  # no devices declared: no claims
+    # a model a reload removed, still stopping: what it holds is unknown, so everything
+    assert claims(HALVES, "gone") == {0: 16.0, 1: 16.0}
+    assert place(HALVES, "a", [Resident("gone", "stopping")]).action == "wait"
 
 
 # -- NVML's free memory ------------------------------------------------------------------

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +84,7 @@ class Fleet:
         self._waiting_reason: dict[str, str] = {}
         self._device_left_at: dict[int, float] = {}
         self._memory_poll: asyncio.TimerHandle | None = None
+        self._outdated: set[str] = set()
         self._transitions: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
@@ -98,7 +99,10 @@ class Fleet:
 
     def backend(self, model_id: str) -> Backend:
         backend = self._backends.get(model_id)
-        if backend is None:
+        if backend is None or (model_id in self._outdated and backend.state is State.STOPPED):
+            # A reload changed this model: once its old server is gone, the next start
+            # runs the new entry.
+            self._outdated.discard(model_id)
             assert self._http is not None, "Fleet.open() first"
             backend = Backend(
                 self.config.models[model_id],
@@ -317,6 +321,29 @@ class Fleet:
         await asyncio.gather(*(b.stop() for b in targets))
         self._schedule()
         return [b.id for b in targets]
+
+    async def reconfigure(self, config: Config, changed: Iterable[str]) -> None:
+        """Put `config` in force; models in `changed` (edited or removed) stop as `unload` stops them.
+
+        The others keep running untouched. A changed model's old server keeps its place
+        (and its claim on the devices) until it has stopped; its queued requests then
+        start the new entry. Requests queued for a removed model fail.
+        """
+        self.config = config
+        changed = set(changed)
+        self._outdated |= {m for m in changed if m in config.models}
+        for waiter in [w for w in self._waiting if w.model not in config.models]:
+            self._waiting.remove(waiter)
+            if not waiter.future.done():
+                waiter.future.set_exception(BackendStartError(f"model {waiter.model!r} was removed from the config"))
+        leaving = [b for b in self._backends.values() if b.id in changed and b.state is not State.STOPPED]
+        stops = [b.stop() for b in leaving]  # each is stopping from this instant: no new request reaches it
+        await asyncio.gather(*stops, return_exceptions=True)
+        for model_id in changed - set(config.models):
+            backend = self._backends.get(model_id)
+            if backend is not None and backend.state is State.STOPPED:
+                del self._backends[model_id]
+        self._schedule()
 
     async def close(self) -> None:
         """Refuse new requests, fail queued ones, stop every backend."""

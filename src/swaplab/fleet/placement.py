@@ -100,16 +100,20 @@ def place(
 
 
 def claims(config: Config, model_id: str) -> Claim:
-    """GiB the model claims on each device; empty when the config declares no devices."""
+    """GiB the model claims on each device; empty when the config declares no devices.
+
+    A model the config no longer names (a reload removed it while its server still
+    stops) claims every device whole: what it holds is no longer known.
+    """
     if not config.devices:
         return {}
-    model = config.models[model_id]
-    devices = model.devices or tuple(config.devices)
+    model = config.models.get(model_id)
+    devices = model.devices if model is not None and model.devices else tuple(config.devices)
     claim: Claim = {}
     for device in devices:
         declared = config.devices.get(device)
         whole = declared.vram_gib if declared is not None and declared.vram_gib else None
-        claim[device] = model.vram_gib.get(device, whole)
+        claim[device] = model.vram_gib.get(device, whole) if model is not None else whole
     return claim
 
 
@@ -149,7 +153,8 @@ def _place_on_devices(
 
     siblings = [r for r in others if r.model_id in _swap_siblings(config, target)]
     rest = [r for r in others if r not in siblings]
-    persistent = [r for r in rest if config.group_of(r.model_id).persistent]
+    # A persistent model already stopping (unloaded by hand) is leaving: wait for it.
+    persistent = [r for r in rest if config.group_of(r.model_id).persistent and r.state != "stopping"]
     blocked = _overfull(config, want, (held[r.model_id] for r in persistent))
     if blocked:
         return Placement("refuse", reason=_persistent_reason(config, target, want, blocked, persistent, held))
