@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit abruptly after emitting this many tokens in total (0 = never)",
     )
     sim.add_argument("--default-max-tokens", type=int, default=16, help="output length when a request sets none")
+
+    activity = commands.add_parser("activity", help="print the requests the router proxied most recently")
+    activity.add_argument("--model", help="only this model (id or the name the client sent)")
+    activity.add_argument("--limit", type=int, default=20, help="how many requests (default 20)")
+    activity.add_argument("--db", help="the swaplab database (default: $SWAPLAB_DB or the user's data directory)")
     return parser
 
 
@@ -102,4 +107,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                 default_max_tokens=args.default_max_tokens,
             )
         )
+    if args.command == "activity":
+        from swaplab.results.activity import show_activity
+
+        return show_activity(args.db, model=args.model, limit=args.limit)
     raise AssertionError(f"unhandled command {args.command}")

@@ -12,10 +12,14 @@ import functools
 import json
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+
+if TYPE_CHECKING:
+    from swaplab.router.observe import RequestObservation
 
 log = logging.getLogger("swaplab.router")
 
@@ -110,10 +114,14 @@ def _sse_error_event(message: str) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
-async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> tuple[web.StreamResponse, bool]:
+async def relay(
+    request: web.Request, upstream: aiohttp.ClientResponse, observation: RequestObservation | None = None
+) -> tuple[web.StreamResponse, bool]:
     """Copy the upstream's response to the client as it arrives; close the upstream on any exit.
 
     Returns the client's response and whether the upstream's response arrived in full.
+    `observation`, when given, sees the status and every chunk, and is finished on every
+    way out (a client that went away included).
     """
     response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
     for key, value in upstream.headers.items():
@@ -123,28 +131,42 @@ async def relay(request: web.Request, upstream: aiohttp.ClientResponse) -> tuple
     if upstream.content_length is not None:
         response.content_length = upstream.content_length
     is_event_stream = upstream.content_type == "text/event-stream"
+    if observation is not None:
+        observation.on_headers(upstream.status, upstream.content_type)
     completed = False
+    disconnected = False
+    failure = None
     try:
         await response.prepare(request)
         try:
             async for chunk in upstream.content.iter_any():
+                if observation is not None:
+                    observation.on_chunk(chunk)
                 await response.write(chunk)  # awaits the client's socket: backpressure
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
             # The backend died mid-response. A stream gets a final error event rather
             # than a silent hang or a truncated body that looks complete.
             log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
+            failure = f"the backend stopped mid-stream: {error}"
             if not is_event_stream:
                 if request.transport is not None:
                     request.transport.close()  # a truncated body must not look complete
                 return response, False
-            await response.write(_sse_error_event(f"the backend stopped mid-stream: {error}"))
+            await response.write(_sse_error_event(failure))
             await response.write_eof()
             return response, False
         await response.write_eof()
         completed = True
         return response, True
+    except (asyncio.CancelledError, ConnectionResetError):
+        # aiohttp cancels the handler when its client disconnects; a write to a
+        # closed client raises ConnectionResetError.
+        disconnected = True
+        raise
     finally:
         if completed:
             upstream.release()
         else:
             upstream.close()  # drop the connection: the upstream sees its client go away
+        if observation is not None:
+            observation.finish(completed=completed, disconnected=disconnected, error=failure)

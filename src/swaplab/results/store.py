@@ -1,0 +1,133 @@
+"""The SQLite file every part of swaplab records into: where it lives, its schema, its migrations.
+
+One file holds the router's activity and (later) bench runs and their requests, so a
+reader can join them with plain SQL. The schema version is SQLite's own
+`PRAGMA user_version`; `MIGRATIONS` takes a file from version N-1 to N.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import platformdirs
+
+from swaplab.errors import SwaplabError
+
+# Overrides the default location for every command and the router (tests use it too).
+DB_ENVIRONMENT_VARIABLE = "SWAPLAB_DB"
+BUSY_TIMEOUT_MS = 5000
+
+# Migration N (1-based) takes a file from schema version N-1 to N. Append new
+# migrations at the end; never edit one that has shipped: files in the wild ran it.
+Migration = Sequence[str]
+MIGRATIONS: tuple[Migration, ...] = (
+    # 1: every request the router proxied.
+    (
+        """
+        CREATE TABLE activity (
+            id INTEGER PRIMARY KEY,
+            time REAL NOT NULL,                  -- unix seconds when the request arrived
+            model TEXT NOT NULL,                 -- the model id, aliases resolved (a peer's own name for peers)
+            requested_model TEXT,                -- the name the client sent, alias or id
+            peer TEXT,                           -- the peer that served it; NULL when local
+            path TEXT NOT NULL,
+            status INTEGER NOT NULL,
+            prompt_tokens INTEGER,               -- NULL when the upstream reported no usage
+            completion_tokens INTEGER,
+            cached_tokens INTEGER,
+            ttft_ms REAL,                        -- first streamed chunk; NULL when not streamed
+            duration_ms REAL NOT NULL,
+            tokens_per_second REAL,              -- decode rate
+            client_disconnected INTEGER NOT NULL DEFAULT 0,
+            error TEXT
+        )
+        """,
+        "CREATE INDEX activity_by_time ON activity (time)",
+        "CREATE INDEX activity_by_model ON activity (model, time)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreVersionError(SwaplabError):
+    """The file was written by a newer swaplab than this one."""
+
+
+def default_path() -> Path:
+    """`$SWAPLAB_DB`, else `swaplab.db` in the user's data directory."""
+    override = os.environ.get(DB_ENVIRONMENT_VARIABLE)
+    if override:
+        return Path(override)
+    return Path(platformdirs.user_data_dir("swaplab")) / "swaplab.db"
+
+
+def connect(path: str | os.PathLike[str] | None = None, *, migrations: Sequence[Migration] = MIGRATIONS) -> sqlite3.Connection:
+    """Open (creating if needed) the store at `path` or the default one, migrated to the current schema.
+
+    The connection is in autocommit mode: write batches inside `with transaction(connection):`.
+    """
+    target = Path(path) if path is not None else default_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    connection = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        connection.row_factory = sqlite3.Row
+        # WAL: readers (`swaplab activity`, the UI) never block the router's writes.
+        # NORMAL is durable across application crashes in WAL mode and needs no fsync per commit.
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA synchronous = NORMAL")
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        migrate(connection, migrations, name=str(target))
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def schema_version(connection: sqlite3.Connection) -> int:
+    return connection.execute("PRAGMA user_version").fetchone()[0]
+
+
+def migrate(connection: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS, *, name: str = "the store") -> int:
+    """Apply the migrations the file lacks, each in its own transaction; returns the final version.
+
+    Two processes opening an old file at once are safe: each step re-reads the version
+    under a write lock and skips what the other already did.
+    """
+    latest = len(migrations)
+    version = schema_version(connection)
+    if version > latest:
+        raise StoreVersionError(
+            f"{name} has schema version {version}, newer than this swaplab understands ({latest}); "
+            "upgrade swaplab, or point --db at another file"
+        )
+    while version < latest:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            version = schema_version(connection)
+            if version < latest:
+                for statement in migrations[version]:
+                    connection.execute(statement)
+                version += 1
+                # user_version is part of the file header, so it commits or rolls back with the step.
+                connection.execute(f"PRAGMA user_version = {version}")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    return version
+
+
+@contextmanager
+def transaction(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """`with transaction(connection):` runs the block as one write transaction."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield connection
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")

@@ -1,0 +1,280 @@
+"""What one proxied request did: status, TTFT, duration, tokens, read from the bytes the relay copies.
+
+The relay calls `on_chunk` for every chunk it forwards, so that call only notes the
+time and keeps a reference to the chunk in a bounded window; nothing is parsed until
+`finish`. Token counts live in the upstream's own accounting, which servers send at
+the end (OpenAI `usage`, llama.cpp `timings`) or, for Anthropic streams, split
+between the first event (input) and the last (output). So the observation keeps the
+first few KiB and the last few KiB of the body and looks there, once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from swaplab.results.activity import ActivityRecord
+
+log = logging.getLogger("swaplab.router")
+
+# Accounting objects are a few hundred bytes and sit in the last event; llama.cpp's
+# final /completion event carries its settings (~3 KiB) before `timings`.
+HEAD_BYTES = 16 * 1024
+TAIL_BYTES = 16 * 1024
+# Each accounting object is parsed from at most this many bytes after its key.
+OBJECT_BYTES = 8 * 1024
+ERROR_TEXT_CHARS = 300
+STREAMING_TYPES = frozenset({"text/event-stream", "application/x-ndjson"})
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCounts:
+    """The upstream's own accounting of one response; None where it said nothing."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    tokens_per_second: float | None = None  # the server's own decode rate
+
+
+class RequestObservation:
+    """Fed by the relay while one request is proxied; `finish` turns it into an `ActivityRecord`.
+
+    `on_finish` receives the record once, whichever path ends the request (the place to
+    submit it to the activity writer and the metrics).
+    """
+
+    __slots__ = (
+        "model", "path", "peer", "requested_model", "on_finish", "time", "status", "streamed",
+        "record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
+    )
+
+    def __init__(
+        self,
+        model: str,
+        path: str,
+        peer: str | None = None,
+        *,
+        requested_model: str | None = None,
+        on_finish: Callable[[ActivityRecord], None] | None = None,
+    ):
+        self.model = model
+        self.path = path
+        self.peer = peer
+        self.requested_model = requested_model
+        self.on_finish = on_finish
+        self.time = time.time()
+        self._started = time.perf_counter()
+        self.status = 0
+        self.streamed = False
+        self.record: ActivityRecord | None = None
+        self._first_at: float | None = None
+        self._last_at = 0.0
+        self._head: list[bytes] = []
+        self._head_bytes = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
+        self._gap = False  # bytes were let go between the head and the tail
+
+    def on_headers(self, status: int, content_type: str) -> None:
+        """The upstream's status line and content type arrived."""
+        self.status = status
+        self.streamed = content_type in STREAMING_TYPES
+
+    def on_chunk(self, data: bytes) -> None:
+        """One chunk of the body, as relayed (called on the hot path: keep it trivial)."""
+        now = time.perf_counter()
+        if self._first_at is None:
+            self._first_at = now
+        self._last_at = now
+        self._tail.append(data)
+        self._tail_bytes += len(data)
+        if self._tail_bytes > 2 * TAIL_BYTES:
+            self._trim()
+
+    def on_body(self, data: bytes) -> None:
+        """A whole non-streamed body at once."""
+        self.on_chunk(data)
+
+    def _trim(self) -> None:
+        # Keep at least TAIL_BYTES in the tail; what leaves it fills the head, then is let go.
+        tail = self._tail
+        while self._tail_bytes - len(tail[0]) >= TAIL_BYTES:
+            chunk = tail.popleft()
+            self._tail_bytes -= len(chunk)
+            room = HEAD_BYTES - self._head_bytes
+            if room > 0 and not self._gap:
+                if len(chunk) > room:
+                    chunk = chunk[:room]
+                    self._gap = True
+                self._head.append(chunk)
+                self._head_bytes += len(chunk)
+            else:
+                self._gap = True
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes of the body held for `finish` (bounded, however long the response)."""
+        return self._head_bytes + self._tail_bytes
+
+    def fail(self, status: int, error: str) -> ActivityRecord:
+        """The router answered itself (no upstream response): record that answer."""
+        self.status = status
+        return self.finish(completed=False, error=error)
+
+    def finish(self, completed: bool = True, disconnected: bool = False, error: str | None = None) -> ActivityRecord:
+        """The request is over; returns its record (the same one if called again)."""
+        if self.record is not None:
+            return self.record
+        ended = time.perf_counter()
+        head = b"".join(self._head)
+        tail = b"".join(self._tail)
+        if not self._gap:
+            head = tail = head + tail  # one contiguous body: search all of it both ways
+        counts = token_counts(head, tail)
+        status = self.status or (499 if disconnected else 502)
+        if error is None and (status >= 400 or self.streamed):
+            error = error_message(tail, whole_body=not self.streamed and status >= 400)
+        if error is None and not completed and not disconnected:
+            error = "the upstream response ended early"
+        ttft_ms = None
+        tokens_per_second = counts.tokens_per_second
+        if self.streamed and self._first_at is not None:
+            ttft_ms = (self._first_at - self._started) * 1000
+            if tokens_per_second is None and (counts.completion_tokens or 0) >= 2 and self._last_at > self._first_at:
+                # Tokens after the first, over the time between the first and the last chunk.
+                tokens_per_second = (counts.completion_tokens - 1) / (self._last_at - self._first_at)
+        self.record = ActivityRecord(
+            time=self.time,
+            model=self.model,
+            path=self.path,
+            status=status,
+            duration_ms=(ended - self._started) * 1000,
+            requested_model=self.requested_model,
+            peer=self.peer,
+            prompt_tokens=counts.prompt_tokens,
+            completion_tokens=counts.completion_tokens,
+            cached_tokens=counts.cached_tokens,
+            ttft_ms=ttft_ms,
+            tokens_per_second=tokens_per_second,
+            client_disconnected=disconnected,
+            error=error,
+        )
+        self._head.clear()
+        self._tail.clear()
+        if self.on_finish is not None:
+            try:
+                self.on_finish(self.record)
+            except Exception:  # recording must never break a request
+                log.exception("recording the activity of %s %s failed", self.model, self.path)
+        return self.record
+
+
+# -- reading the upstream's accounting (pure functions over bytes) ---------------
+
+
+def token_counts(head: bytes, tail: bytes) -> TokenCounts:
+    """Token counts from the first `usage` object in `head` and the last `usage` / `timings` in `tail`.
+
+    Later usage wins field by field: an Anthropic stream reports input tokens in its
+    first event and output tokens in its last.
+    """
+    first = next(json_objects(head, b'"usage"'), None)
+    last = next(json_objects(tail, b'"usage"', last_first=True), None)
+    usage = {**(first or {}), **(last or {})}
+    timings = next(json_objects(tail, b'"timings"', last_first=True), None) or {}
+
+    prompt = _integer(usage.get("prompt_tokens"))
+    if prompt is None and _integer(usage.get("input_tokens")) is not None:
+        # Anthropic counts cache reads and writes apart from input_tokens; OpenAI's
+        # Responses API includes them in input_tokens and has no such keys.
+        prompt = sum(
+            _integer(usage.get(key)) or 0
+            for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        )
+    if prompt is None and _integer(timings.get("prompt_n")) is not None:
+        prompt = timings["prompt_n"] + (_integer(timings.get("cache_n")) or 0)  # prompt_n excludes the cache
+
+    completion = _integer(usage.get("completion_tokens"))
+    if completion is None:
+        completion = _integer(usage.get("output_tokens"))
+    if completion is None:
+        completion = _integer(timings.get("predicted_n"))
+
+    cached = _integer(_field(usage, "prompt_tokens_details", "cached_tokens"))
+    if cached is None:
+        cached = _integer(usage.get("cache_read_input_tokens"))
+    if cached is None:
+        cached = _integer(_field(usage, "input_tokens_details", "cached_tokens"))
+    if cached is None:
+        cached = _integer(timings.get("cache_n"))
+
+    rate = timings.get("predicted_per_second")
+    rate = float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
+    return TokenCounts(prompt, completion, cached, rate)
+
+
+def json_objects(buffer: bytes, key: bytes, *, last_first: bool = False):
+    """Yield each JSON object that is the value of `key` (a quoted key, e.g. b'"usage"') in `buffer`.
+
+    A key inside a JSON string cannot match: its quotes would be escaped. Values that
+    are not objects (`"usage": null`) and objects cut off by the buffer's edge are skipped.
+    """
+    position = len(buffer) if last_first else 0
+    while True:
+        position = buffer.rfind(key, 0, position) if last_first else buffer.find(key, position)
+        if position < 0:
+            return
+        found = position
+        if not last_first:
+            position += len(key)
+        start = found + len(key)
+        window = buffer[start : start + OBJECT_BYTES].decode("utf-8", "replace")
+        stripped = window.lstrip()
+        if not stripped.startswith(":"):
+            continue
+        value_text = stripped[1:].lstrip()
+        if not value_text.startswith("{"):
+            continue
+        try:
+            value, _ = _DECODER.raw_decode(value_text)
+        except ValueError:
+            continue
+        yield value
+
+
+def error_message(buffer: bytes, *, whole_body: bool) -> str | None:
+    """The upstream's error message: its last `"error": {...}` object, else (for a whole error body) the text."""
+    for error in json_objects(buffer, b'"error"', last_first=True):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message[:ERROR_TEXT_CHARS]
+        return json.dumps(error)[:ERROR_TEXT_CHARS]
+    if not whole_body:
+        return None
+    text = buffer.decode("utf-8", "replace").strip()
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text[:ERROR_TEXT_CHARS] or None
+    if isinstance(document, dict):
+        for key in ("error", "message", "detail"):
+            value = document.get(key)
+            if isinstance(value, str) and value:
+                return value[:ERROR_TEXT_CHARS]
+    return text[:ERROR_TEXT_CHARS] or None
+
+
+def _field(document: dict[str, Any], outer: str, inner: str) -> Any:
+    nested = document.get(outer)
+    return nested.get(inner) if isinstance(nested, dict) else None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

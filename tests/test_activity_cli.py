@@ -1,0 +1,97 @@
+"""`swaplab activity` as a real process on a real database."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+
+import aiohttp
+
+from observed_proxy import RelayProxy
+from procs import SwaplabProcess, free_port
+from swaplab.results import ActivityRecord, ActivityWriter
+from swaplab.results.store import SCHEMA_VERSION, connect
+
+
+def activity(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "swaplab", "activity", *args],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+def test_shows_rows_written_through_the_writer(tmp_path):
+    db = tmp_path / "swaplab.db"
+    with ActivityWriter(db) as writer:
+        writer.submit(ActivityRecord(
+            time=1_800_000_000.0, model="smollm2", path="/v1/chat/completions", status=200, duration_ms=431.2,
+            requested_model="smollm2-135m", prompt_tokens=31, completion_tokens=24, cached_tokens=30,
+            ttft_ms=38.6, tokens_per_second=141.93,
+        ))
+        writer.submit(ActivityRecord(
+            time=1_800_000_005.0, model="gemma3-270m", path="/v1/completions", status=502, duration_ms=12.0,
+            error="the backend stopped mid-stream: boom",
+        ))
+    result = activity("--db", str(db))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    first = next(line for line in lines if "smollm2" in line)
+    second = next(line for line in lines if "gemma3-270m" in line)
+    assert lines.index(first) < lines.index(second)  # oldest first, the latest at the bottom
+    for cell in ("smollm2 (smollm2-135m)", "/v1/chat/completions", "200", "31/24", "39", "141.9", "431 ms"):
+        assert cell in first, (cell, first)
+    for cell in ("502", "-/-", "12 ms", "the backend stopped mid-stream: boom"):
+        assert cell in second, (cell, second)
+
+    only = activity("--db", str(db), "--model", "smollm2-135m")
+    assert "smollm2" in only.stdout and "gemma3-270m" not in only.stdout
+    latest = activity("--db", str(db), "--limit", "1")
+    assert "gemma3-270m" in latest.stdout and "smollm2" not in latest.stdout
+
+
+async def test_shows_a_request_that_just_went_through_the_relay(tmp_path):
+    port = free_port()
+    sim = SwaplabProcess(["sim", "--port", str(port), "--model", "sim-a"], tmp_path / "sim.log")
+    db = tmp_path / "swaplab.db"
+    try:
+        sim.wait_http(f"http://127.0.0.1:{port}/health")
+        with ActivityWriter(db) as writer:
+            async with RelayProxy(f"http://127.0.0.1:{port}", model="sim-a", sink=writer.submit) as proxy:
+                async with aiohttp.ClientSession() as session:
+                    body = {"model": "sim-a", "prompt": "one two three four", "max_tokens": 9, "stream": True,
+                            "stream_options": {"include_usage": True}}
+                    async with session.post(f"{proxy.url}/v1/completions", json=body) as response:
+                        assert response.status == 200
+                        await response.read()
+    finally:
+        sim.close()
+    result = activity("--db", str(db))
+    [row] = [line for line in result.stdout.splitlines() if "sim-a" in line]
+    assert "/v1/completions" in row and "200" in row and "4/9" in row
+
+
+def test_an_empty_or_missing_store(tmp_path):
+    missing = tmp_path / "nothing-here.db"
+    result = activity(env={"SWAPLAB_DB": str(missing)})
+    assert result.returncode == 0 and "No activity recorded yet" in result.stdout
+    assert not missing.exists()  # reading never creates the file
+    result = activity("--db", str(missing))
+    assert result.returncode == 2 and result.stderr.strip() == f"swaplab: no swaplab database at {missing}"
+    connect(tmp_path / "empty.db").close()
+    result = activity("--db", str(tmp_path / "empty.db"), "--model", "x")
+    assert result.returncode == 0 and "No activity for x" in result.stdout
+
+
+def test_a_store_from_a_newer_swaplab_is_refused_in_one_line(tmp_path):
+    db = tmp_path / "future.db"
+    connect(db).close()
+    with closing(sqlite3.connect(db)) as plain:
+        plain.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    result = activity("--db", str(db))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"swaplab: {db} has schema version {SCHEMA_VERSION + 1}, newer than this swaplab")
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1

@@ -1,0 +1,320 @@
+"""The request observer on real bytes: `swaplab sim` and llama.cpp's own server, and through `relay()`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import aiohttp
+import pytest
+
+from observed_proxy import RelayProxy
+from procs import SwaplabProcess, free_port, http_status, wait_until
+from swaplab.router.observe import HEAD_BYTES, TAIL_BYTES, RequestObservation, token_counts
+
+CHAT = [{"role": "user", "content": "Write a long story about a dragon."}]
+
+
+class Capture:
+    """One real response: its status, content type and the chunks as the socket delivered them."""
+
+    def __init__(self, status: int, content_type: str, chunks: list[bytes]):
+        self.status = status
+        self.content_type = content_type
+        self.chunks = chunks
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def observe(self, chunks: list[bytes] | None = None):
+        observation = RequestObservation("m", "/p")
+        observation.on_headers(self.status, self.content_type)
+        for chunk in self.chunks if chunks is None else chunks:
+            observation.on_chunk(chunk)
+        return observation.finish()
+
+
+async def capture(url: str, body: dict) -> Capture:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, json=body) as response:
+            chunks = [chunk async for chunk in response.content.iter_any()]
+            return Capture(response.status, response.content_type, chunks)
+
+
+async def eventually(predicate, what: str, timeout: float = 5.0) -> None:
+    """Wait for `predicate` without blocking the event loop the in-process proxy runs on."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def counts(record) -> tuple:
+    return record.prompt_tokens, record.completion_tokens, record.cached_tokens
+
+
+def assert_same_counts_on_every_split(sample: Capture, expected: tuple, around: int = 1200) -> None:
+    """Cut the body in two at every byte of its first and last `around` bytes: the counts never change."""
+    body = sample.body
+    cuts = set(range(1, min(around, len(body)))) | set(range(max(1, len(body) - around), len(body)))
+    for cut in sorted(cuts):
+        record = sample.observe([body[:cut], body[cut:]])
+        assert counts(record) == expected, f"cut at byte {cut} of {len(body)}"
+    # And one byte at a time (short bodies) or in 7-byte pieces (long ones).
+    step = 1 if len(body) < 20_000 else 7
+    assert counts(sample.observe([body[i : i + step] for i in range(0, len(body), step)])) == expected
+
+
+def sse_events(body: bytes) -> list[dict]:
+    events = []
+    for block in body.decode().split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line.removeprefix("data: ")))
+    return events
+
+
+# -- swaplab sim --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    port = free_port()
+    process = SwaplabProcess(
+        ["sim", "--port", str(port), "--model", "simmodel"], tmp_path_factory.mktemp("sim") / "sim.log"
+    )
+    url = f"http://127.0.0.1:{port}"
+    process.wait_http(f"{url}/health")
+    yield url
+    process.close()
+
+
+async def test_sim_stream_usage_survives_every_chunk_boundary(sim):
+    sample = await capture(f"{sim}/v1/chat/completions", {
+        "model": "simmodel", "messages": CHAT, "max_tokens": 12, "stream": True,
+        "stream_options": {"include_usage": True},
+    })
+    usage = sse_events(sample.body)[-1]["usage"]
+    expected = (usage["prompt_tokens"], usage["completion_tokens"], None)
+    assert expected[1] == 12
+    record = sample.observe()
+    assert counts(record) == expected
+    assert record.status == 200 and record.error is None and record.ttft_ms is not None
+    assert_same_counts_on_every_split(sample, expected)
+
+
+async def test_sim_non_streaming_chat_and_completions(sim):
+    for path, body in (
+        ("/v1/chat/completions", {"model": "simmodel", "messages": CHAT, "max_tokens": 7}),
+        ("/v1/completions", {"model": "simmodel", "prompt": "one two three", "max_tokens": 5}),
+    ):
+        sample = await capture(sim + path, body)
+        usage = json.loads(sample.body)["usage"]
+        record = sample.observe()
+        assert counts(record) == (usage["prompt_tokens"], usage["completion_tokens"], None)
+        assert record.ttft_ms is None  # nothing streamed: no first token to time
+        assert record.tokens_per_second is None  # the sim reports no decode rate
+        assert_same_counts_on_every_split(sample, counts(record))
+
+
+async def test_sim_stream_without_usage_reports_no_counts(sim):
+    sample = await capture(f"{sim}/v1/chat/completions", {
+        "model": "simmodel", "messages": CHAT, "max_tokens": 5, "stream": True,
+    })
+    assert b'"usage"' not in sample.body
+    record = sample.observe()
+    assert counts(record) == (None, None, None)
+    assert record.ttft_ms is not None and record.tokens_per_second is None
+
+
+async def test_a_long_stream_is_held_in_a_bounded_window(sim):
+    sample = await capture(f"{sim}/v1/chat/completions", {
+        "model": "simmodel", "messages": CHAT, "max_tokens": 4000, "stream": True,
+        "stream_options": {"include_usage": True},
+    })
+    assert len(sample.body) > 20 * (HEAD_BYTES + TAIL_BYTES)
+    observation = RequestObservation("m", "/p")
+    observation.on_headers(sample.status, sample.content_type)
+    biggest = 0
+    for chunk in sample.chunks:
+        observation.on_chunk(chunk)
+        biggest = max(biggest, observation.retained_bytes)
+    assert biggest <= HEAD_BYTES + 2 * TAIL_BYTES + max(map(len, sample.chunks))  # the tail holds whole chunks
+    usage = sse_events(sample.body)[-1]["usage"]
+    assert counts(observation.finish()) == (usage["prompt_tokens"], 4000, None)
+
+
+async def test_sim_error_body_becomes_the_error(sim):
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{sim}/v1/chat/completions", data=b"{not json") as response:
+            sample = Capture(response.status, response.content_type, [await response.read()])
+    record = sample.observe()
+    assert record.status == 400
+    assert record.error.startswith("invalid JSON body")
+
+
+def test_anthropic_usage_is_split_between_first_and_last_event():
+    # Shapes from Anthropic's streaming documentation: input counts come first, output last.
+    head = b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":25,"cache_read_input_tokens":100,"cache_creation_input_tokens":3,"output_tokens":1}}}\n\n'
+    tail = b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}}\n\n'
+    result = token_counts(head, tail)
+    assert (result.prompt_tokens, result.completion_tokens, result.cached_tokens) == (128, 15, 100)
+
+
+def test_keys_inside_generated_text_are_not_mistaken_for_usage():
+    body = b'data: {"choices":[{"delta":{"content":"\\"usage\\": {\\"prompt_tokens\\": 999}"}}]}\n\n'
+    result = token_counts(body, body)
+    assert result.prompt_tokens is None
+
+
+# -- llama.cpp's own server (the real default) -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llamacpp(tmp_path_factory):
+    pytest.importorskip("xllamacpp", reason="the xllamacpp wheel is part of `make test`'s install")
+    from swaplab.backends.models import smollm2_path
+    from swaplab.errors import SwaplabError
+
+    try:
+        model = smollm2_path()
+    except SwaplabError as error:
+        pytest.skip(str(error))
+    import subprocess
+
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("llamacpp") / "llamacpp.log", "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "swaplab.backends.llamacpp", "--model", str(model), "--port", str(port),
+         "--ctx-size", "2048", "--parallel", "1", "--threads", "2"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: process.poll() is not None or http_status(f"{url}/health") == 200, 120, "llama.cpp to load")
+    assert process.poll() is None, "llama.cpp exited"
+    yield url
+    process.terminate()
+    process.wait(30)
+    log.close()
+
+
+async def test_llamacpp_chat_stream_usage_and_timings(llamacpp):
+    sample = await capture(f"{llamacpp}/v1/chat/completions", {
+        "messages": CHAT, "max_tokens": 24, "stream": True, "stream_options": {"include_usage": True},
+    })
+    final = sse_events(sample.body)[-1]
+    usage, timings = final["usage"], final["timings"]
+    expected = (usage["prompt_tokens"], usage["completion_tokens"], usage["prompt_tokens_details"]["cached_tokens"])
+    record = sample.observe()
+    assert counts(record) == expected
+    assert record.tokens_per_second == timings["predicted_per_second"]  # the server's own decode rate
+    assert_same_counts_on_every_split(sample, expected)
+
+
+async def test_llamacpp_stream_without_usage_falls_back_to_timings(llamacpp):
+    body = {"messages": CHAT, "max_tokens": 16}
+    reference = json.loads((await capture(f"{llamacpp}/v1/chat/completions", body)).body)["usage"]
+    sample = await capture(f"{llamacpp}/v1/chat/completions", {**body, "stream": True})
+    assert b'"usage"' not in sample.body
+    timings = sse_events(sample.body)[-1]["timings"]
+    record = sample.observe()
+    # timings' prompt_n counts only what was not in the cache; prompt_n + cache_n is the prompt.
+    assert record.prompt_tokens == reference["prompt_tokens"] == timings["prompt_n"] + timings["cache_n"]
+    assert record.completion_tokens == timings["predicted_n"]
+    assert record.cached_tokens == timings["cache_n"]
+    assert_same_counts_on_every_split(sample, counts(record))
+
+
+async def test_llamacpp_anthropic_stream_longer_than_the_window(llamacpp):
+    reference = json.loads((await capture(f"{llamacpp}/v1/messages", {"messages": CHAT, "max_tokens": 2})).body)["usage"]
+    sample = await capture(f"{llamacpp}/v1/messages", {
+        "messages": CHAT, "max_tokens": 600, "ignore_eos": True, "temperature": 0, "stream": True,
+    })
+    # Long enough that the middle is let go: message_start's input counts survive in the head.
+    assert len(sample.body) > HEAD_BYTES + 2 * TAIL_BYTES
+    prompt = reference["input_tokens"] + reference.get("cache_read_input_tokens", 0)
+    record = sample.observe()
+    assert record.prompt_tokens == prompt
+    assert record.completion_tokens == sse_events(sample.body)[-2]["usage"]["output_tokens"] == 600
+    assert_same_counts_on_every_split(sample, counts(record), around=600)
+
+
+async def test_llamacpp_native_completion_and_its_errors(llamacpp):
+    for stream in (False, True):
+        sample = await capture(f"{llamacpp}/completion", {"prompt": "The sky is", "n_predict": 6, "stream": stream})
+        final = sse_events(sample.body)[-1] if stream else json.loads(sample.body)
+        record = sample.observe()
+        assert record.completion_tokens == final["timings"]["predicted_n"] == 6
+        assert record.prompt_tokens == final["timings"]["prompt_n"] + final["timings"]["cache_n"]
+        assert record.tokens_per_second == final["timings"]["predicted_per_second"]
+    sample = await capture(f"{llamacpp}/v1/chat/completions", {"messages": "not a list"})
+    record = sample.observe()
+    assert record.status == 400 and record.error == json.loads(sample.body)["error"]["message"]
+
+
+# -- through relay() ---------------------------------------------------------------
+
+
+async def test_relay_times_a_paced_stream(tmp_path):
+    port = free_port()
+    sim = SwaplabProcess(
+        ["sim", "--port", str(port), "--model", "paced", "--ttft-ms", "150", "--tokens-per-second", "50"],
+        tmp_path / "sim.log",
+    )
+    try:
+        sim.wait_http(f"http://127.0.0.1:{port}/health")
+        async with RelayProxy(f"http://127.0.0.1:{port}") as proxy, aiohttp.ClientSession() as session:
+            body = {"model": "paced-alias", "messages": CHAT, "max_tokens": 20, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
+                await response.read()
+            await eventually(lambda: proxy.records, "the record")
+    finally:
+        sim.close()
+    [record] = proxy.records
+    assert (record.status, record.path, record.requested_model, record.completion_tokens) == (
+        200, "/v1/chat/completions", "paced-alias", 20,
+    )
+    assert 150 <= record.ttft_ms < 150 + 60
+    assert record.tokens_per_second == pytest.approx(50, rel=0.05)  # 19 intervals of 20 ms
+    assert record.duration_ms == pytest.approx(150 + 19 * 20, abs=60)
+    assert not record.client_disconnected and record.error is None
+
+
+async def test_relay_records_a_client_that_leaves_and_a_backend_that_dies(tmp_path):
+    port = free_port()
+    sim = SwaplabProcess(
+        ["sim", "--port", str(port), "--model", "s", "--tokens-per-second", "50", "--crash-after-tokens", "30"],
+        tmp_path / "sim.log",
+    )
+    try:
+        sim.wait_http(f"http://127.0.0.1:{port}/health")
+        async with RelayProxy(f"http://127.0.0.1:{port}") as proxy:
+            body = {"model": "s", "messages": CHAT, "max_tokens": 200, "stream": True}
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
+                    await response.content.readline()  # the first event, then leave
+            await eventually(lambda: proxy.records, "the disconnect's record")
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
+                    tail = await response.read()  # the sim dies at its 30th token
+            await eventually(lambda: len(proxy.records) == 2, "the crash's record")
+    finally:
+        sim.close()
+    gone, crashed = proxy.records
+    assert gone.client_disconnected and gone.status == 200 and gone.error is None
+    assert gone.duration_ms < 1000  # the whole answer would take 4 s
+    assert b"the backend stopped mid-stream" in tail
+    assert not crashed.client_disconnected
+    assert crashed.error.startswith("the backend stopped mid-stream")
+
+
+async def test_relay_records_an_unreachable_upstream():
+    async with RelayProxy(f"http://127.0.0.1:{free_port()}") as proxy, aiohttp.ClientSession() as session:
+        async with session.post(f"{proxy.url}/v1/chat/completions", json={"model": "x"}) as response:
+            assert response.status == 502
+    [record] = proxy.records
+    assert record.status == 502 and "Cannot connect to host" in record.error
