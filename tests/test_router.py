@@ -181,8 +181,7 @@ async def test_crash_mid_stream_ends_with_error_event_and_next_request_restarts(
         last = json.loads(events[-1].removeprefix("data: "))
         assert "error" in last, events[-3:]
         assert "[DONE]" not in events[-1]
-        first_pid_state = await running(session, router.url)
-        assert first_pid_state.get("a", {}).get("state", "stopped") == "stopped"
+        await wait_for_state(session, router.url, "a", "stopped")  # the crash is noticed, not hidden
         status, reply = await chat(session, router.url, "a", max_tokens=3)
         assert status == 200, reply
         assert (await running(session, router.url))["a"]["state"] == "ready"

@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to listen on (default 127.0.0.1:8080)",
     )
     serve.add_argument("--state-dir", help="where pid files and logs live (default: the user's state directory)")
+    serve.add_argument(
+        "--watch-config", action="store_true",
+        help="reload the config when its file changes (SIGHUP reloads it too)",
+    )
 
     config = commands.add_parser("config", help="check or show a config file")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -84,7 +88,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from swaplab.router.serve import serve
 
         host, port = args.listen
-        return serve(config_path=args.config, host=host, port=port, state_dir=args.state_dir)
+        return serve(
+            config_path=args.config, host=host, port=port, state_dir=args.state_dir, watch_config=args.watch_config
+        )
     if args.command == "config":
         from swaplab.config import commands
 

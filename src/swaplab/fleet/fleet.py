@@ -135,7 +135,7 @@ class Fleet:
         if self._closed:
             raise BackendStartError("the router is shutting down")
         backend = self._backends.get(model_id)
-        if not self._waiting and backend is not None and backend.state is State.READY:
+        if not self._waiting and backend is not None and backend.state is State.READY and model_id not in self._outdated:
             # The hot path: nothing queued, so nothing to be fair to. Admit at once.
             self._in_flight[model_id] += 1
             return
@@ -171,12 +171,15 @@ class Fleet:
 
     def _schedule(self) -> None:
         now = time.monotonic()
+        self._retire_outdated()
         for waiter in list(self._waiting):
             if waiter.future.done():
                 self._waiting.remove(waiter)
                 continue
             backend = self.backend(waiter.model)
             if backend.state is State.READY:
+                if waiter.model in self._outdated:
+                    continue  # a reload changed it: it finishes what it has, then the new entry starts
                 if not self._overdue_conflict(waiter.model, now):
                     self._admit(waiter)
                 continue
@@ -194,6 +197,19 @@ class Fleet:
                 )
                 continue
             self._make_room_or_start(backend)
+
+    def _retire_outdated(self) -> None:
+        """Stop each server a reload changed or removed, as soon as its requests in flight are done."""
+        removed = [m for m in self._backends if m not in self.config.models]
+        for model_id in list(self._outdated) + removed:
+            backend = self._backends.get(model_id)
+            if backend is None or self._in_flight[model_id]:
+                continue
+            if backend.state is State.READY:
+                log.info("%s: stopping the server of its previous config entry", model_id)
+                self._track(backend.stop())
+            elif backend.state is State.STOPPED and model_id in removed:
+                del self._backends[model_id]
 
     def _make_room_or_start(self, backend: Backend) -> None:
         now = time.monotonic()
@@ -336,14 +352,15 @@ class Fleet:
             self._waiting.remove(waiter)
             if not waiter.future.done():
                 waiter.future.set_exception(BackendStartError(f"model {waiter.model!r} was removed from the config"))
-        leaving = [b for b in self._backends.values() if b.id in changed and b.state is not State.STOPPED]
-        stops = [b.stop() for b in leaving]  # each is stopping from this instant: no new request reaches it
-        await asyncio.gather(*stops, return_exceptions=True)
+        # Servers still starting for the old entry are stopped now; ready ones finish
+        # the requests they have first (graceful), then `_schedule` stops them.
+        starting = [b.stop() for b in self._backends.values() if b.id in changed and b.state is State.STARTING]
+        self._schedule()
+        await asyncio.gather(*starting, return_exceptions=True)
         for model_id in changed - set(config.models):
             backend = self._backends.get(model_id)
-            if backend is not None and backend.state is State.STOPPED:
+            if backend is not None and backend.state is State.STOPPED and not self._in_flight[model_id]:
                 del self._backends[model_id]
-        self._schedule()
 
     async def close(self) -> None:
         """Refuse new requests, fail queued ones, stop every backend."""

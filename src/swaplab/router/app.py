@@ -7,15 +7,16 @@ import json
 import logging
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from swaplab.config.model import Config, Filters, PeerConfig, Timeouts
+from swaplab.config.model import Config, Filters, ModelConfig, Timeouts
 from swaplab.errors import SwaplabError
-from swaplab.fleet import Fleet, LogHub, State
+from swaplab.fleet import Fleet, LogHub
 from swaplab.fleet.fleet import BackendUnavailable
 from swaplab.router import filters
 from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
@@ -72,9 +73,9 @@ class Router:
         self.config = config
         self.logs = logs or LogHub()
         self.fleet = Fleet(config, state_dir=state_dir, logs=self.logs)
-        self.peers = PeerWatch(config, lambda peer: self._upstream_session(f"peer {peer.id}", peer.timeouts))
+        self.peers = PeerWatch(config, lambda peer: self._upstream_session(peer.proxy, peer.timeouts))
         self.started = time.time()
-        self._upstreams: dict[str, aiohttp.ClientSession] = {}
+        self._upstreams: dict[tuple[str, float | None], aiohttp.ClientSession] = {}
         self._held: Counter[str] = Counter()  # requests per model, queued or in flight
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -136,6 +137,18 @@ class Router:
         except SwaplabError as error:
             log.error("preload of %s failed: %s", model_id, error)
 
+    async def reload(self, new: Config) -> dict[str, list[str]]:
+        """Put `new` in force: unchanged models keep running, changed or removed ones stop gracefully."""
+        old = self.config
+        changed = sorted(m for m in old.models if m not in new.models or not same_entry(old.models[m], new.models[m]))
+        added = sorted(m for m in new.models if m not in old.models)
+        self.config = new
+        self.peers.start(new)
+        await self.fleet.reconfigure(new, changed)
+        log.info("config reloaded: %d changed or removed (%s), %d added (%s)",
+                 len(changed), ", ".join(changed) or "-", len(added), ", ".join(added) or "-")
+        return {"changed": changed, "added": added}
+
     async def load(self, model_id: str) -> None:
         """Start a model (by the same rules as a request would) and return once it is ready."""
         async with self.fleet.lease(model_id) as lease:
@@ -192,9 +205,7 @@ class Router:
         try:
             async with self.fleet.lease(model.id) as lease:
                 model = lease.backend.model
-                response, lease.completed = await self._send(
-                    request, f"model {model.id}", model.proxy, path, body, model.timeouts
-                )
+                response, lease.completed = await self._send(request, model.proxy, path, body, model.timeouts)
                 return response
         except BackendUnavailable as error:
             response = error_response(503, str(error), "model_unavailable")
@@ -219,7 +230,7 @@ class Router:
         if document is not None:
             body = self._filtered(body, document, target.model, peer.filters)
         response, _ = await self._send(
-            request, f"peer {peer.id}", peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer)
+            request, peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer)
         )
         return response
 
@@ -232,7 +243,6 @@ class Router:
     async def _send(
         self,
         request: web.Request,
-        pool: str,
         base_url: str,
         path: str,
         body: bytes,
@@ -247,7 +257,7 @@ class Router:
                 headers.pop(name, None)
         try:
             upstream = await open_upstream(
-                self._upstream_session(pool, timeouts),
+                self._upstream_session(base_url, timeouts),
                 request.method,
                 base_url.rstrip("/") + path,
                 headers,
@@ -259,11 +269,16 @@ class Router:
             return error_response(error.status, str(error), "upstream_error"), False
         return await relay(request, upstream)
 
-    def _upstream_session(self, pool: str, timeouts: Timeouts) -> aiohttp.ClientSession:
-        """One connection pool per upstream, so each keeps idle connections as long as its `idleConn`."""
-        session = self._upstreams.get(pool)
+    def _upstream_session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
+        """One connection pool per upstream address and idle limit (`idleConn`).
+
+        Keyed by what defines the connections, so a reload that changes a model's proxy
+        gets a new pool while requests in flight finish on the old one.
+        """
+        key = (base_url, timeouts.idle_conn)
+        session = self._upstreams.get(key)
         if session is None:
-            session = self._upstreams[pool] = new_upstream_session(idle_seconds=timeouts.idle_conn)
+            session = self._upstreams[key] = new_upstream_session(idle_seconds=timeouts.idle_conn)
         return session
 
     # -- router endpoints ------------------------------------------------------
@@ -391,6 +406,11 @@ class Router:
                     await response.write(_log_event(line))
         finally:
             self.logs.unsubscribe(queue)
+
+
+def same_entry(old: ModelConfig, new: ModelConfig) -> bool:
+    """Does a reload leave this model's running server as it is? Comments and position don't count."""
+    return replace(old, raw_text="", line=0) == replace(new, raw_text="", line=0)
 
 
 def _log_event(line) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import signal
 import sys
@@ -13,7 +14,7 @@ from aiohttp import web
 
 from swaplab.config import load_config, load_config_text
 from swaplab.config.model import Config
-from swaplab.errors import SwaplabError
+from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
 from swaplab.router.app import Router
 
@@ -57,17 +58,21 @@ def default_state_dir(port: int) -> Path:
     return Path(platformdirs.user_state_dir("swaplab")) / f"router-{port}"
 
 
-def serve(config_path: str | None, host: str, port: int, state_dir: str | None = None) -> int:
+def serve(
+    config_path: str | None, host: str, port: int, state_dir: str | None = None, watch_config: bool = False
+) -> int:
     config = load(config_path, port)
     hub = LogHub()
     configure_logging(config.log_level, hub)
     for warning in config.warnings:
         log.warning("%s", warning)
     directory = Path(state_dir) if state_dir else default_state_dir(port)
-    return asyncio.run(_serve(config, host, port, directory, hub))
+    return asyncio.run(_serve(config, host, port, directory, hub, config_path, watch_config))
 
 
-async def _serve(config: Config, host: str, port: int, state_dir: Path, hub: LogHub) -> int:
+async def _serve(
+    config: Config, host: str, port: int, state_dir: Path, hub: LogHub, config_path: str | None, watch: bool
+) -> int:
     router = Router(config, state_dir=state_dir, logs=hub)
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
@@ -81,11 +86,66 @@ async def _serve(config: Config, host: str, port: int, state_dir: Path, hub: Log
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    reloader = ConfigReloader(router, config_path, port)
+    loop.add_signal_handler(signal.SIGHUP, reloader.request)
+    watcher = loop.create_task(reloader.watch()) if watch and config_path else None
     models = ", ".join(config.models) or "(no local models)"
     print(f"swaplab: listening on http://{host}:{port} ({config.path}: {models})", flush=True)
     await stop.wait()
     log.info("stopping every backend, then exiting")
+    if watcher is not None:
+        watcher.cancel()
     await site.stop()
     await router.close()
     await runner.cleanup()
     return 0
+
+
+class ConfigReloader:
+    """SIGHUP and `--watch-config`: load the file again; a broken one is refused and the old stays."""
+
+    WATCH_INTERVAL = 1.0
+
+    def __init__(self, router: Router, config_path: str | None, port: int):
+        self.router = router
+        self.config_path = config_path
+        self.port = port
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def request(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.reload())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def reload(self) -> bool:
+        async with self._lock:  # one reload at a time, in the order asked
+            try:
+                new = await asyncio.to_thread(load, self.config_path, self.port)
+            except ConfigError as error:
+                log.error("config reload refused; the config in force stays:\n%s", error)
+                return False
+            except SwaplabError as error:
+                log.error("config reload refused (%s); the config in force stays", error)
+                return False
+            for warning in new.warnings:
+                log.warning("%s", warning)
+            await self.router.reload(new)
+            return True
+
+    def _fingerprint(self) -> bytes | None:
+        try:
+            return hashlib.sha256(Path(self.config_path).read_bytes()).digest()
+        except OSError:
+            return None
+
+    async def watch(self) -> None:
+        """Poll the file (it may live on NFS, where change notification is unreliable)."""
+        seen = self._fingerprint()
+        while True:
+            await asyncio.sleep(self.WATCH_INTERVAL)
+            current = self._fingerprint()
+            if current is not None and current != seen:
+                seen = current
+                log.info("%s changed: reloading", self.config_path)
+                await self.reload()
