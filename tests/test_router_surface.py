@@ -60,7 +60,9 @@ models:
                 assert response.status == 401, path
         status, error, headers = await post(session, url, body, {"Authorization": "Bearer sk-wrong"})
         assert status == 401 and error["error"]["type"] == "authentication_error"
-        assert "Basic" in headers["WWW-Authenticate"]
+        assert headers.getall("WWW-Authenticate") == ['Basic realm="swaplab"', 'Bearer realm="swaplab"']
+        async with session.get(f"{router.url}/ui") as response:
+            assert response.status == 200  # the page itself is open; it sends the key for data
         for credentials in ({"Authorization": "Bearer sk-one"}, {"x-api-key": "sk-two"}, {"Authorization": basic}):
             status, echoed, _ = await post(session, url, body, credentials)
             assert status == 200, credentials
@@ -205,3 +207,37 @@ models:
                     # The backend's own output comes through its pipe, in its own time.
                     if ready and any(e["source"] == "a" and "listening" in e["text"] for e in seen):
                         break
+
+
+async def test_ttl_unloads_a_model_after_its_last_request(router_factory):
+    router = router_factory(f"""
+globalTTL: 1
+models:
+  short:
+    cmd: {SIM} --port ${{PORT}} --model short --tokens-per-second 4
+  never:
+    cmd: {SIM} --port ${{PORT}} --model never
+    ttl: 0
+groups:
+  both:
+    swap: false
+    members: [short, never]
+""")
+    async with aiohttp.ClientSession() as session:
+
+        async def states():
+            async with session.get(f"{router.url}/running") as response:
+                return {e["model"]: e["state"] for e in (await response.json())["running"]}
+
+        for model in ("never", "short"):
+            async with session.post(f"{router.url}/load?model={model}") as response:
+                assert response.status == 200
+        # A 2 s stream outlives the 1 s ttl: the ttl counts from the end of the last request.
+        body = {"model": "short", "stream": True, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+        async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+            assert (await response.read()).rstrip().endswith(b"data: [DONE]")
+        assert (await states())["short"] == "ready"
+        async with asyncio.timeout(30):
+            while "short" in await states():
+                await asyncio.sleep(0.05)
+        assert await states() == {"never": "ready"}  # ttl: 0 overrides globalTTL

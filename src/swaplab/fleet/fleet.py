@@ -85,6 +85,7 @@ class Fleet:
         self._device_left_at: dict[int, float] = {}
         self._memory_poll: asyncio.TimerHandle | None = None
         self._outdated: set[str] = set()
+        self._ttl_timers: dict[str, asyncio.TimerHandle] = {}
         self._transitions: set[asyncio.Task[None]] = set()
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
@@ -162,7 +163,26 @@ class Fleet:
         backend = self._backends.get(model_id)
         if succeeded and backend is not None and backend.state is State.READY:
             backend.note_success()
+        if not self._in_flight[model_id] and backend is not None and backend.model.ttl > 0:
+            self._arm_ttl(backend)
         self._schedule()
+
+    def _arm_ttl(self, backend: Backend) -> None:
+        """`ttl`: unload the model that many seconds after its last request ended."""
+        previous = self._ttl_timers.pop(backend.id, None)
+        if previous is not None:
+            previous.cancel()
+        self._ttl_timers[backend.id] = asyncio.get_running_loop().call_later(
+            backend.model.ttl, self._ttl_expired, backend
+        )
+
+    def _ttl_expired(self, backend: Backend) -> None:
+        self._ttl_timers.pop(backend.id, None)
+        idle = not self._in_flight[backend.id] and not any(w.model == backend.id for w in self._waiting)
+        # The same server it was armed for, still ready and untouched since.
+        if idle and self._backends.get(backend.id) is backend and backend.state is State.READY:
+            log.info("%s unloaded: idle for its ttl of %d s", backend.id, backend.model.ttl)
+            self._track(backend.stop())
 
     def in_flight(self, model_id: str) -> int:
         return self._in_flight[model_id]
@@ -365,6 +385,8 @@ class Fleet:
     async def close(self) -> None:
         """Refuse new requests, fail queued ones, stop every backend."""
         self._closed = True
+        for timer in self._ttl_timers.values():
+            timer.cancel()
         for waiter in self._waiting:
             if not waiter.future.done():
                 waiter.future.set_exception(BackendStartError("the router is shutting down"))

@@ -9,7 +9,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-OPEN_PATHS = frozenset({"/health"})
+# /health for load balancers; the web page's static files hold no data (it sends a key for the rest).
+OPEN_PATHS = frozenset({"/health", "/ui", "/ui/"})
+OPEN_PREFIXES = ("/ui/static/",)
 CREDENTIAL_HEADERS = ("Authorization", "x-api-key")
 
 
@@ -43,13 +45,15 @@ def api_key_middleware(current_keys: Callable[[], tuple[str, ...]]):
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         keys = current_keys()
-        if not keys or request.path in OPEN_PATHS:
+        if not keys or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
             return await handler(request)
         if not key_matches(presented_key(request), keys):
             body = {"error": {"message": "invalid or missing API key", "type": "authentication_error", "code": 401}}
-            return web.json_response(
-                body, status=401, headers={"WWW-Authenticate": 'Bearer realm="swaplab", Basic realm="swaplab"'}
-            )
+            response = web.json_response(body, status=401)
+            # One challenge per header line: browsers ignore Basic when it shares a line.
+            response.headers.add("WWW-Authenticate", 'Basic realm="swaplab"')
+            response.headers.add("WWW-Authenticate", 'Bearer realm="swaplab"')
+            return response
         return await handler(request)
 
     return check_key
