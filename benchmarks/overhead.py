@@ -205,9 +205,11 @@ models:
   fast:
     cmd: {sim} --port {fast} --model fast
     proxy: http://127.0.0.1:{fast}
+    concurrencyLimit: 1000
   paced:
     cmd: {sim} --port {paced} --model paced --tokens-per-second 50
     proxy: http://127.0.0.1:{paced}
+    concurrencyLimit: 1000
 """
     if llama:
         text += f"""
@@ -259,7 +261,7 @@ async def main() -> int:
     try:
         router_port = free_port()
         router = processes.spawn("router", [
-            PY, "-m", "swaplab", "serve", "--config", str(config),
+            PY, "-m", "swaplab", "serve", "--config", str(config), "--db", str(workdir / "swaplab.db"),
             "--listen", f"127.0.0.1:{router_port}", "--state-dir", str(workdir / "state"),
         ])
         swaplab = f"http://127.0.0.1:{router_port}"

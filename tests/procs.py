@@ -123,7 +123,11 @@ class Router(SwaplabProcess):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.state_dir = workdir / "state"
-        args = ["serve", "--listen", f"127.0.0.1:{self.port}", "--state-dir", str(self.state_dir), *extra]
+        self.db = workdir / "swaplab.db"
+        args = [
+            "serve", "--listen", f"127.0.0.1:{self.port}", "--state-dir", str(self.state_dir),
+            "--db", str(self.db), *extra,
+        ]
         if config is not None:
             args += ["--config", str(config)]
         super().__init__(args, workdir / f"router-{self.port}.log")

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from swaplab.results import ActivityRecord, ActivityWriter, StoreVersionError, connect, recent_activity
 from swaplab.results.activity import insert_activity
 from swaplab.results.store import MIGRATIONS, SCHEMA_VERSION, schema_version
-from swaplab.router.metrics import Metrics
+from swaplab.metrics import Metrics
 
 
 def record(number: int = 0, **fields) -> ActivityRecord:

@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to listen on (default 127.0.0.1:8080)",
     )
     serve.add_argument("--state-dir", help="where pid files and logs live (default: the user's state directory)")
+    serve.add_argument("--db", help="the results store the activity table goes to (default: $SWAPLAB_DB or the user's data directory)")
     serve.add_argument(
         "--watch-config", action="store_true",
         help="reload the config when its file changes (SIGHUP reloads it too)",
@@ -89,7 +90,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         host, port = args.listen
         return serve(
-            config_path=args.config, host=host, port=port, state_dir=args.state_dir, watch_config=args.watch_config
+            config_path=args.config, host=host, port=port, state_dir=args.state_dir,
+            watch_config=args.watch_config, db=args.db,
         )
     if args.command == "config":
         from swaplab.config import commands

@@ -25,6 +25,7 @@ from swaplab.config.model import Config
 from swaplab.errors import BackendStartError, SwaplabError
 from swaplab.fleet.devices import DeviceProbe, free_gib
 from swaplab.fleet.logs import LogHub
+from swaplab.metrics import Metrics
 from swaplab.fleet.placement import Placement, Resident, claims, place
 from swaplab.fleet.process import Backend, State
 from swaplab.fleet.reaper import PidFiles
@@ -72,9 +73,18 @@ class _Waiter:
 class Fleet:
     """Starts, holds and stops the backends of one config."""
 
-    def __init__(self, config: Config, *, state_dir: Path, logs: LogHub, device_probe: DeviceProbe | None = None):
+    def __init__(
+        self,
+        config: Config,
+        *,
+        state_dir: Path,
+        logs: LogHub,
+        device_probe: DeviceProbe | None = None,
+        metrics: Metrics | None = None,
+    ):
         self.config = config
         self.logs = logs
+        self.metrics = metrics or Metrics()
         self.pid_files = PidFiles(state_dir)
         self.device_probe = device_probe if device_probe is not None else DeviceProbe()
         self._backends: dict[str, Backend] = {}
@@ -139,6 +149,7 @@ class Fleet:
         if not self._waiting and backend is not None and backend.state is State.READY and model_id not in self._outdated:
             # The hot path: nothing queued, so nothing to be fair to. Admit at once.
             self._in_flight[model_id] += 1
+            self.metrics.queue_wait(model_id, 0.0)
             return
         waiter = _Waiter(model_id, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
@@ -245,6 +256,7 @@ class Fleet:
             self._track(self._await_start(backend, backend.start()))
         elif placement.action == "evict":
             self.swaps += 1
+            self.metrics.swap()
             for victim in placement.evict:
                 log.info("stopping %s to make room for %s", victim, backend.id)
                 self._track(self._backends[victim].stop())
@@ -313,12 +325,18 @@ class Fleet:
     def _admit(self, waiter: _Waiter) -> None:
         self._waiting.remove(waiter)
         self._in_flight[waiter.model] += 1
+        self.metrics.queue_wait(waiter.model, time.monotonic() - waiter.since)
         waiter.future.set_result(None)
 
     async def _await_start(self, backend: Backend, start: asyncio.Task[None]) -> None:
+        begun = time.monotonic()
         try:
             await start
+            self.metrics.backend_started(backend.id, backend.start_seconds or 0.0, ok=True)
+            self.metrics.backend_state(backend.id, True)
         except BaseException as error:
+            if not isinstance(error, asyncio.CancelledError):
+                self.metrics.backend_started(backend.id, time.monotonic() - begun, ok=False)
             failure = error if isinstance(error, SwaplabError) else BackendStartError(
                 f"model {backend.id!r} failed to start: {error!r}"
             )
@@ -342,6 +360,7 @@ class Fleet:
         wrapper.add_done_callback(self._transitions.discard)
 
     def _backend_exited(self, backend: Backend, expected: bool) -> None:
+        self.metrics.backend_state(backend.id, False)
         now = time.monotonic()
         for device in claims(self.config, backend.id):
             self._device_left_at[device] = now

@@ -19,7 +19,10 @@ from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub
 from swaplab.fleet.fleet import BackendUnavailable
 from swaplab.router import filters
+from swaplab.results import ActivityRecord, ActivityWriter, recent_activity
 from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
+from swaplab.metrics import Metrics
+from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch, peer_credentials
 from swaplab.router.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream, relay
 from swaplab.router.ui import add_ui_routes
@@ -69,11 +72,19 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 class Router:
     """Owns the config in force, the fleet, the peers' health and the upstream connection pools."""
 
-    def __init__(self, config: Config, *, state_dir: Path, logs: LogHub | None = None):
+    def __init__(
+        self, config: Config, *, state_dir: Path, logs: LogHub | None = None, db: str | Path | None = None
+    ):
         self.config = config
         self.logs = logs or LogHub()
-        self.fleet = Fleet(config, state_dir=state_dir, logs=self.logs)
-        self.peers = PeerWatch(config, lambda peer: self._upstream_session(peer.proxy, peer.timeouts))
+        self.metrics = Metrics()
+        self.activity = ActivityWriter(db, on_drop=self.metrics.records_dropped)
+        self.fleet = Fleet(config, state_dir=state_dir, logs=self.logs, metrics=self.metrics)
+        self.peers = PeerWatch(
+            config,
+            lambda peer: self._upstream_session(peer.proxy, peer.timeouts),
+            on_change=self.metrics.peer_availability,
+        )
         self.started = time.time()
         self._upstreams: dict[tuple[str, float | None], aiohttp.ClientSession] = {}
         self._held: Counter[str] = Counter()  # requests per model, queued or in flight
@@ -96,12 +107,15 @@ class Router:
         app.router.add_get("/health", self.handle_health)
         app.router.add_get("/logs", self.handle_logs)
         app.router.add_get("/logs/stream", self.handle_logs_stream)
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_get("/api/activity", self.handle_activity)
         add_ui_routes(app)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
+        await asyncio.to_thread(self.activity.start)
         await self.fleet.open()
         self.peers.start(self.config)
         self._preload()
@@ -118,6 +132,12 @@ class Router:
         sessions, self._upstreams = list(self._upstreams.values()), {}
         for session in sessions:
             await session.close()
+        await asyncio.to_thread(self.activity.close)
+
+    def _record(self, record: ActivityRecord) -> None:
+        """Where every proxied request ends up: the activity table (off the hot path) and /metrics."""
+        self.activity.submit(record)
+        self.metrics.observe_request(record)
 
     def _spawn(self, coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -188,49 +208,57 @@ class Router:
     ) -> web.StreamResponse:
         target = resolve(self.config, name)
         if target is None:
-            return self._unknown_model(name)
+            return self._unknown_model(name)  # not recorded: its label would be whatever was typed
         if isinstance(target, PeerTarget):
-            return await self._forward_to_peer(request, target, path, body, document)
+            return await self._forward_to_peer(request, target, name, path, body, document)
         model = self.config.models[target.model_id]
+        observation = RequestObservation(model.id, path, requested_model=name, on_finish=self._record)
         if document is not None:
             body = self._filtered(body, document, model.use_model_name or None, model.filters)
         limit = model.concurrency_limit or DEFAULT_CONCURRENCY_LIMIT
         if self._held[model.id] >= limit:
-            response = error_response(
-                429, f"model {model.id!r} already has {limit} requests (concurrencyLimit)", "rate_limit_exceeded"
+            return _failed(
+                observation, 429, f"model {model.id!r} already has {limit} requests (concurrencyLimit)",
+                "rate_limit_exceeded", retry_after=1,
             )
-            response.headers["Retry-After"] = "1"
-            return response
         self._held[model.id] += 1
         try:
             async with self.fleet.lease(model.id) as lease:
                 model = lease.backend.model
-                response, lease.completed = await self._send(request, model.proxy, path, body, model.timeouts)
+                response, lease.completed = await self._send(
+                    request, model.proxy, path, body, model.timeouts, observation=observation
+                )
                 return response
         except BackendUnavailable as error:
-            response = error_response(503, str(error), "model_unavailable")
-            response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
-            return response
+            return _failed(observation, 503, str(error), "model_unavailable", retry_after=error.retry_after)
         except SwaplabError as error:
-            return error_response(503, str(error), "model_unavailable")
+            return _failed(observation, 503, str(error), "model_unavailable")
+        except asyncio.CancelledError:
+            observation.finish(completed=False, disconnected=True)  # left while queued
+            raise
         finally:
             self._held[model.id] -= 1
             if self._held[model.id] <= 0:
                 del self._held[model.id]
 
     async def _forward_to_peer(
-        self, request: web.Request, target: PeerTarget, path: str, body: bytes, document: dict | None
+        self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         peer = target.peer
+        observation = RequestObservation(
+            target.model, path, peer=peer.id, requested_model=name, on_finish=self._record
+        )
         health = self.peers.health(peer.id, target.model)
         if not health.available:
-            return error_response(
-                503, f"peer model {peer.id}/{target.model} is unavailable: {health.reason}", "model_unavailable"
+            return _failed(
+                observation, 503, f"peer model {peer.id}/{target.model} is unavailable: {health.reason}",
+                "model_unavailable",
             )
         if document is not None:
             body = self._filtered(body, document, target.model, peer.filters)
         response, _ = await self._send(
-            request, peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer)
+            request, peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer),
+            observation=observation,
         )
         return response
 
@@ -249,6 +277,7 @@ class Router:
         timeouts: Timeouts,
         *,
         extra_headers: dict[str, str] | None = None,
+        observation: RequestObservation | None = None,
     ) -> tuple[web.StreamResponse, bool]:
         """Relay to `base_url + path`; also says whether the upstream answered in full."""
         headers = forward_headers(request.headers, extra_headers)
@@ -266,8 +295,8 @@ class Router:
                 response_header_timeout=timeouts.response_header,
             )
         except UpstreamError as error:
-            return error_response(error.status, str(error), "upstream_error"), False
-        return await relay(request, upstream)
+            return _failed(observation, error.status, str(error), "upstream_error"), False
+        return await relay(request, upstream, observation)
 
     def _upstream_session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
         """One connection pool per upstream address and idle limit (`idleConn`).
@@ -380,6 +409,16 @@ class Router:
         stopped = await self.fleet.unload(model_id)
         return web.json_response({"unloaded": stopped})
 
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        body, content_type = self.metrics.render()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def handle_activity(self, request: web.Request) -> web.Response:
+        rows = await asyncio.to_thread(
+            recent_activity, self.activity.path, request.query.get("model"), int(request.query.get("limit", "50"))
+        )
+        return web.json_response({"activity": rows})
+
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.Response(text="OK")
 
@@ -406,6 +445,18 @@ class Router:
                     await response.write(_log_event(line))
         finally:
             self.logs.unsubscribe(queue)
+
+
+def _failed(
+    observation: RequestObservation | None, status: int, message: str, kind: str, retry_after: float | None = None
+) -> web.Response:
+    """An error response the router gives itself, recorded like any other request."""
+    if observation is not None:
+        observation.fail(status, message)
+    response = error_response(status, message, kind)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, round(retry_after)))
+    return response
 
 
 def same_entry(old: ModelConfig, new: ModelConfig) -> bool:

@@ -92,6 +92,8 @@ async def open_upstream(
             if response_header_timeout:
                 return await asyncio.wait_for(pending, response_header_timeout)
             return await pending
+        except aiohttp.ClientConnectorError as error:  # before its parent ClientOSError: no retry helps
+            raise UpstreamError(f"cannot connect to upstream {url}: {error.os_error}") from None
         except RETRY_BEFORE_RESPONSE as error:
             if attempt == ATTEMPTS:
                 raise UpstreamError(f"upstream {url} closed the connection: {error}") from None
@@ -102,8 +104,6 @@ async def open_upstream(
                 "(timeouts.responseHeader)",
                 status=504,
             ) from None
-        except aiohttp.ClientConnectorError as error:
-            raise UpstreamError(f"cannot connect to upstream {url}: {error.os_error}") from None
         except aiohttp.ClientError as error:
             raise UpstreamError(f"upstream {url} failed: {error}") from None
     raise AssertionError("unreachable")

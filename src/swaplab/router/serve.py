@@ -59,7 +59,12 @@ def default_state_dir(port: int) -> Path:
 
 
 def serve(
-    config_path: str | None, host: str, port: int, state_dir: str | None = None, watch_config: bool = False
+    config_path: str | None,
+    host: str,
+    port: int,
+    state_dir: str | None = None,
+    watch_config: bool = False,
+    db: str | None = None,
 ) -> int:
     config = load(config_path, port)
     hub = LogHub()
@@ -67,13 +72,12 @@ def serve(
     for warning in config.warnings:
         log.warning("%s", warning)
     directory = Path(state_dir) if state_dir else default_state_dir(port)
-    return asyncio.run(_serve(config, host, port, directory, hub, config_path, watch_config))
+    router = Router(config, state_dir=directory, logs=hub, db=db)
+    return asyncio.run(_serve(router, host, port, config_path, watch_config))
 
 
-async def _serve(
-    config: Config, host: str, port: int, state_dir: Path, hub: LogHub, config_path: str | None, watch: bool
-) -> int:
-    router = Router(config, state_dir=state_dir, logs=hub)
+async def _serve(router: Router, host: str, port: int, config_path: str | None, watch: bool) -> int:
+    config = router.config
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
