@@ -241,3 +241,49 @@ groups:
             while "short" in await states():
                 await asyncio.sleep(0.05)
         assert await states() == {"never": "ready"}  # ttl: 0 overrides globalTTL
+
+
+async def test_send_loading_state_streams_progress_until_the_model_is_ready(router_factory):
+    router = router_factory(f"""
+sendLoadingState: true
+models:
+  slow:
+    cmd: {SIM} --port ${{PORT}} --model slow --load-seconds 2.5
+  quiet:
+    cmd: {SIM} --port ${{PORT}} --model quiet --load-seconds 1
+    sendLoadingState: false
+""")
+    body = {"model": "slow", "stream": True, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+            assert response.status == 200 and response.headers["Content-Type"] == "text/event-stream"
+            raw = (await response.read()).decode()
+        events = [block.removeprefix("data: ") for block in raw.split("\n\n") if block.startswith("data: ")]
+        chunks = [json.loads(event) for event in events[:-1]]
+        reasoning = [c["choices"][0]["delta"].get("reasoning_content") for c in chunks if c["choices"]]
+        loading = [text for text in reasoning if text]
+        content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert len(loading) >= 2 and all("loading slow" in text for text in loading)  # about one a second
+        assert content == " tok0 tok1 tok2" and events[-1] == "[DONE]"  # then the model's own stream
+
+        # Not for a model that opts out, nor for a non-streaming request.
+        async with session.post(f"{router.url}/v1/chat/completions", json={**body, "model": "quiet"}) as response:
+            assert "reasoning_content" not in await response.text()
+        async with session.post(f"{router.url}/v1/chat/completions", json={**body, "stream": False}) as response:
+            assert response.headers["Content-Type"].startswith("application/json")
+
+
+async def test_send_loading_state_ends_with_an_error_event_when_the_start_fails(router_factory):
+    router = router_factory(f"""
+sendLoadingState: true
+models:
+  broken:
+    cmd: {PYTHON} -c "import sys; sys.exit(4)"
+    proxy: http://127.0.0.1:9
+""")
+    body = {"model": "broken", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+            raw = (await response.read()).decode()
+    last = json.loads(raw.strip().split("\n\n")[-1].removeprefix("data: "))
+    assert "exited with code 4 while starting" in last["error"]["message"]

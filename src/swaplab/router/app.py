@@ -16,7 +16,7 @@ from aiohttp import web
 
 from swaplab.config.model import Config, Filters, ModelConfig, Timeouts
 from swaplab.errors import SwaplabError
-from swaplab.fleet import Fleet, LogHub
+from swaplab.fleet import Fleet, LogHub, State
 from swaplab.fleet.fleet import BackendUnavailable
 from swaplab.router import filters
 from swaplab.results import ActivityRecord, ActivityWriter, recent_activity
@@ -24,7 +24,16 @@ from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
 from swaplab.metrics import Metrics
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch, peer_credentials
-from swaplab.router.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream, relay
+from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
+from swaplab.router.loading import loading_event, progress_text, wants_loading_state
+from swaplab.router.proxy import (
+    UpstreamError,
+    forward_headers,
+    new_upstream_session,
+    open_upstream,
+    relay,
+    sse_error_event,
+)
 from swaplab.router.ui import add_ui_routes
 from swaplab.router.targets import (
     LocalTarget,
@@ -58,6 +67,8 @@ MODEL_ROUTES = (
 )
 
 ROUTER_KEY = web.AppKey("router", "Router")
+
+EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 # llama-swap's default when a model sets no concurrencyLimit.
 DEFAULT_CONCURRENCY_LIMIT = 10
@@ -217,29 +228,64 @@ class Router:
             body = self._filtered(body, document, model.use_model_name or None, model.filters)
         limit = model.concurrency_limit or DEFAULT_CONCURRENCY_LIMIT
         if self._held[model.id] >= limit:
-            return _failed(
+            return await _failed(
                 observation, 429, f"model {model.id!r} already has {limit} requests (concurrencyLimit)",
                 "rate_limit_exceeded", retry_after=1,
             )
         self._held[model.id] += 1
+        prepared = None
         try:
-            async with self.fleet.lease(model.id) as lease:
-                model = lease.backend.model
-                response, lease.completed = await self._send(
-                    request, model.proxy, path, body, model.timeouts, observation=observation
-                )
-                return response
+            if wants_loading_state(model, path, document) and self.fleet.state_of(model.id) is not State.READY:
+                prepared = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
+                await prepared.prepare(request)
+                await self._acquire_showing_progress(prepared, model.id)
+            else:
+                await self.fleet.acquire(model.id)
         except BackendUnavailable as error:
-            return _failed(observation, 503, str(error), "model_unavailable", retry_after=error.retry_after)
+            self._release_hold(model.id)
+            return await _failed(observation, 503, str(error), "model_unavailable", error.retry_after, prepared)
         except SwaplabError as error:
-            return _failed(observation, 503, str(error), "model_unavailable")
+            self._release_hold(model.id)
+            return await _failed(observation, 503, str(error), "model_unavailable", None, prepared)
         except asyncio.CancelledError:
+            self._release_hold(model.id)
             observation.finish(completed=False, disconnected=True)  # left while queued
             raise
+        completed = False
+        try:
+            model = self.fleet.backend(model.id).model
+            response, completed = await self._send(
+                request, model.proxy, path, body, model.timeouts, observation=observation, prepared=prepared
+            )
+            return response
         finally:
-            self._held[model.id] -= 1
-            if self._held[model.id] <= 0:
-                del self._held[model.id]
+            self.fleet.release(model.id, succeeded=completed)
+            self._release_hold(model.id)
+
+    def _release_hold(self, model_id: str) -> None:
+        self._held[model_id] -= 1
+        if self._held[model_id] <= 0:
+            del self._held[model_id]
+
+    async def _acquire_showing_progress(self, stream: web.StreamResponse, model_id: str) -> None:
+        """Acquire `model_id`, writing its loading progress to `stream` until it is ready."""
+        acquiring = asyncio.ensure_future(self.fleet.acquire(model_id))
+        began = time.monotonic()
+        try:
+            while not acquiring.done():
+                entry = next((e for e in self.fleet.status() if e["model"] == model_id), {})
+                text = progress_text(
+                    model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting")
+                )
+                await stream.write(loading_event(model_id, text))
+                await asyncio.wait({acquiring}, timeout=LOADING_INTERVAL)
+            acquiring.result()
+        except BaseException:
+            if acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None:
+                self.fleet.release(model_id, succeeded=False)  # admitted just as the client left
+            else:
+                acquiring.cancel()
+            raise
 
     async def _forward_to_peer(
         self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
@@ -250,7 +296,7 @@ class Router:
         )
         health = self.peers.health(peer.id, target.model)
         if not health.available:
-            return _failed(
+            return await _failed(
                 observation, 503, f"peer model {peer.id}/{target.model} is unavailable: {health.reason}",
                 "model_unavailable",
             )
@@ -278,6 +324,7 @@ class Router:
         *,
         extra_headers: dict[str, str] | None = None,
         observation: RequestObservation | None = None,
+        prepared: web.StreamResponse | None = None,
     ) -> tuple[web.StreamResponse, bool]:
         """Relay to `base_url + path`; also says whether the upstream answered in full."""
         headers = forward_headers(request.headers, extra_headers)
@@ -295,8 +342,8 @@ class Router:
                 response_header_timeout=timeouts.response_header,
             )
         except UpstreamError as error:
-            return _failed(observation, error.status, str(error), "upstream_error"), False
-        return await relay(request, upstream, observation)
+            return await _failed(observation, error.status, str(error), "upstream_error", None, prepared), False
+        return await relay(request, upstream, observation, prepared)
 
     def _upstream_session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
         """One connection pool per upstream address and idle limit (`idleConn`).
@@ -431,9 +478,7 @@ class Router:
     async def handle_logs_stream(self, request: web.Request) -> web.StreamResponse:
         """SSE: the recent lines, then each new one, as `data: {"time", "source", "text"}`."""
         source = request.query.get("source")
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        )
+        response = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
         await response.prepare(request)
         queue = self.logs.subscribe()
         try:
@@ -447,12 +492,24 @@ class Router:
             self.logs.unsubscribe(queue)
 
 
-def _failed(
-    observation: RequestObservation | None, status: int, message: str, kind: str, retry_after: float | None = None
-) -> web.Response:
-    """An error response the router gives itself, recorded like any other request."""
+async def _failed(
+    observation: RequestObservation | None,
+    status: int,
+    message: str,
+    kind: str,
+    retry_after: float | None = None,
+    prepared: web.StreamResponse | None = None,
+) -> web.StreamResponse:
+    """An error the router answers itself, recorded like any other request.
+
+    Inside an event stream already under way, the error is its final event.
+    """
     if observation is not None:
         observation.fail(status, message)
+    if prepared is not None:
+        await prepared.write(sse_error_event(message))
+        await prepared.write_eof()
+        return prepared
     response = error_response(status, message, kind)
     if retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(retry_after)))

@@ -109,35 +109,52 @@ async def open_upstream(
     raise AssertionError("unreachable")
 
 
-def _sse_error_event(message: str) -> bytes:
+def sse_error_event(message: str) -> bytes:
     payload = {"error": {"message": message, "type": "upstream_error", "code": 502}}
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 async def relay(
-    request: web.Request, upstream: aiohttp.ClientResponse, observation: RequestObservation | None = None
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    observation: RequestObservation | None = None,
+    prepared: web.StreamResponse | None = None,
 ) -> tuple[web.StreamResponse, bool]:
     """Copy the upstream's response to the client as it arrives; close the upstream on any exit.
 
     Returns the client's response and whether the upstream's response arrived in full.
     `observation`, when given, sees the status and every chunk, and is finished on every
-    way out (a client that went away included).
+    way out (a client that went away included). `prepared` is an event stream already
+    under way (loading progress): the upstream's events continue it, and an upstream
+    that answers anything but an event stream ends it with an error event.
     """
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-    for key, value in upstream.headers.items():
-        if key.lower() not in HOP_BY_HOP:
-            response.headers.add(key, value)
-    response.headers["X-Accel-Buffering"] = "no"
-    if upstream.content_length is not None:
-        response.content_length = upstream.content_length
     is_event_stream = upstream.content_type == "text/event-stream"
+    if prepared is None:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for key, value in upstream.headers.items():
+            if key.lower() not in HOP_BY_HOP:
+                response.headers.add(key, value)
+        response.headers["X-Accel-Buffering"] = "no"
+        if upstream.content_length is not None:
+            response.content_length = upstream.content_length
+    else:
+        response = prepared
     if observation is not None:
         observation.on_headers(upstream.status, upstream.content_type)
     completed = False
     disconnected = False
     failure = None
     try:
-        await response.prepare(request)
+        if prepared is None:
+            await response.prepare(request)
+        elif upstream.status != 200 or not is_event_stream:
+            answer = await upstream.content.read(4096)
+            if observation is not None:
+                observation.on_chunk(answer)
+            failure = f"the backend answered HTTP {upstream.status}: {answer.decode(errors='replace')}"
+            await response.write(sse_error_event(failure))
+            await response.write_eof()
+            return response, False
         try:
             async for chunk in upstream.content.iter_any():
                 if observation is not None:
@@ -152,7 +169,7 @@ async def relay(
                 if request.transport is not None:
                     request.transport.close()  # a truncated body must not look complete
                 return response, False
-            await response.write(_sse_error_event(failure))
+            await response.write(sse_error_event(failure))
             await response.write_eof()
             return response, False
         await response.write_eof()
