@@ -132,7 +132,7 @@ async def ttfb_c1(paths: dict[str, str], model: str, stream: bool, n: int, max_t
 
 def added_p50(samples: dict[str, list[float]], path: str) -> float:
     """Median of paired differences against direct: each pair was measured back to back."""
-    return statistics.median(a - b for a, b in zip(samples[path], samples["direct"]))
+    return statistics.median(a - b for a, b in zip(samples[path], samples["direct"], strict=True))
 
 
 async def steady_streams(

@@ -8,10 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import aiohttp
-import psutil
 import pytest
 
 from procs import PYTHON, SIM, Router, SwaplabProcess, alive, free_port, wait_until

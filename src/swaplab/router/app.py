@@ -36,9 +36,7 @@ from swaplab.router.proxy import (
 )
 from swaplab.router.ui import add_ui_routes
 from swaplab.router.targets import (
-    LocalTarget,
     PeerTarget,
-    Target,
     known_names,
     model_from_body,
     resolve,
