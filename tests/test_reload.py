@@ -106,3 +106,17 @@ def test_a_changed_model_finishes_its_requests_before_it_restarts(router_factory
     wait_until(lambda: not alive(old_pid), 30, "the old server to stop once idle")
     load(router, "b-moving")
     assert states(router)["b-moving"]["pid"] != old_pid
+
+
+def test_entry_hash_ignores_comments_but_not_settings():
+    from dataclasses import replace
+
+    from swaplab.config import load_config_text
+    from swaplab.router.app import entry_hash
+
+    text = BASE.format(port=7000, sim="sim", moving_flags="")
+    model = load_config_text(text).models["b-moving"]
+    commented = load_config_text(text.replace("a comment", "another comment")).models["b-moving"]
+    assert entry_hash(model) == entry_hash(replace(model, raw_text="# elsewhere", line=99))
+    assert entry_hash(model) == entry_hash(commented)
+    assert entry_hash(model) != entry_hash(replace(model, cmd=model.cmd + ("--flag",)))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
 from collections import Counter
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -401,6 +402,7 @@ class Router:
                 "peer": None,
                 "available": True,
                 "unlisted": model.unlisted,
+                "config_hash": entry_hash(model),
             }
             for model in self.config.models.values()
         ]
@@ -514,9 +516,20 @@ async def _failed(
     return response
 
 
+def _resolved(model: ModelConfig) -> ModelConfig:
+    """A model's entry as it runs: its comments and its position in the file don't count."""
+    return replace(model, raw_text="", line=0)
+
+
 def same_entry(old: ModelConfig, new: ModelConfig) -> bool:
-    """Does a reload leave this model's running server as it is? Comments and position don't count."""
-    return replace(old, raw_text="", line=0) == replace(new, raw_text="", line=0)
+    """Does a reload leave this model's running server as it is?"""
+    return _resolved(old) == _resolved(new)
+
+
+def entry_hash(model: ModelConfig) -> str:
+    """A short, stable fingerprint of the resolved entry, for results measured through the router."""
+    document = json.dumps(asdict(_resolved(model)), sort_keys=True, default=str)
+    return hashlib.sha256(document.encode()).hexdigest()[:16]
 
 
 def _log_event(line) -> bytes:
