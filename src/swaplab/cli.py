@@ -65,6 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     activity.add_argument("--model", help="only this model (id or the name the client sent)")
     activity.add_argument("--limit", type=int, default=20, help="how many requests (default 20)")
     activity.add_argument("--db", help="the swaplab database (default: $SWAPLAB_DB or the user's data directory)")
+
+    runs = commands.add_parser("runs", help="list or show recorded bench and grill runs")
+    runs_commands = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    runs_list = runs_commands.add_parser("list", help="the latest runs, the most recent at the bottom")
+    runs_list.add_argument("--model", help="only runs of this model (recorded under it as id or alias)")
+    runs_list.add_argument("--kind", help="only runs of this kind (throughput, prefill, prefix-cache, grill, ...)")
+    runs_list.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs_list.add_argument("--db", help="the swaplab database (default: $SWAPLAB_DB or the user's data directory)")
+    runs_show = runs_commands.add_parser("show", help="one run: metadata, parameters, summary per level, errors")
+    runs_show.add_argument("id", type=int, help="the run's id, as `swaplab runs list` shows it")
+    runs_show.add_argument("--db", help="the swaplab database (default: $SWAPLAB_DB or the user's data directory)")
+    runs_show.add_argument("--json", action="store_true", help="print the run and all its requests as JSON")
     return parser
 
 
@@ -119,4 +131,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from swaplab.results.activity import show_activity
 
         return show_activity(args.db, model=args.model, limit=args.limit)
+    if args.command == "runs":
+        from swaplab.results import present
+
+        if args.runs_command == "list":
+            return present.list_command(args.db, model=args.model, kind=args.kind, limit=args.limit)
+        return present.show_command(args.db, args.id, as_json=args.json)
     raise AssertionError(f"unhandled command {args.command}")

@@ -49,6 +49,57 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE INDEX activity_by_time ON activity (time)",
         "CREATE INDEX activity_by_model ON activity (model, time)",
     ),
+    # 2: bench and grill runs, and every request they sent (swaplab.results.runs).
+    (
+        """
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,                  -- throughput | prefill | prefix-cache | grill | ...
+            target_url TEXT NOT NULL,            -- the router or backend the run was sent to
+            model TEXT NOT NULL,                 -- the name the user asked for (--model): an id or an alias
+            alias TEXT,                          -- the other name: the id the server resolved it to, when different
+            backend_kind TEXT,                   -- llama.cpp | vllm | sglang | sim | ..., as the server reports it
+            backend_version TEXT,
+            config_hash TEXT,                    -- the router's config entry hash; NULL when not run through swaplab
+            host TEXT,                           -- the machine the client ran on
+            swaplab_version TEXT NOT NULL,
+            parameters TEXT NOT NULL DEFAULT '{}',  -- JSON: every setting the run was made with
+            started_at REAL NOT NULL,            -- unix seconds
+            ended_at REAL,
+            warmup_discarded INTEGER NOT NULL DEFAULT 0,  -- warm-up repetitions run and left out of the summary
+            summary TEXT NOT NULL DEFAULT '{}',  -- JSON: the figures the run reported
+            status TEXT NOT NULL                 -- completed | failed | interrupted
+        )
+        """,
+        "CREATE INDEX runs_by_model ON runs (model, started_at)",
+        "CREATE INDEX runs_by_alias ON runs (alias, started_at)",
+        "CREATE INDEX runs_by_kind ON runs (kind, started_at)",
+        "CREATE INDEX runs_by_time ON runs (started_at)",
+        """
+        CREATE TABLE requests (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            rep INTEGER NOT NULL,                -- repetition (warm-up ones carry warmup = 1)
+            level TEXT NOT NULL,                 -- c=4 | rate=2.0 | in=8192 | a grill task | ...
+            seq INTEGER NOT NULL,                -- order within the rep and level
+            sent_at REAL,                        -- unix seconds
+            first_token_at REAL,                 -- first chunk carrying content, reasoning or a tool call
+            end_at REAL,
+            ttft_ms REAL,
+            tpot_ms REAL,                        -- (e2e - ttft) / (completion_tokens - 1)
+            e2e_ms REAL,
+            prompt_tokens INTEGER,               -- as the server counted them
+            completion_tokens INTEGER,
+            cached_tokens INTEGER,
+            reasoning_tokens INTEGER,
+            finish_reason TEXT,
+            error TEXT,                          -- NULL when the request succeeded
+            warmup INTEGER NOT NULL DEFAULT 0,
+            data TEXT                            -- JSON extras: ITL list, transcript reference, ...
+        )
+        """,
+        "CREATE INDEX requests_by_run ON requests (run_id, rep, level, seq)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
