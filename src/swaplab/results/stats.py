@@ -267,10 +267,10 @@ def _ratio_figure(value: float, decimals: int = 2) -> str:
     return f"{value:.{decimals}f}" if abs(value) >= 0.1 or value == 0 else f"{value:.3g}"
 
 
-def _interval_decimals(low: float, high: float) -> int:
-    """Enough decimals (2 to 4) that a narrow interval's ends don't print as the same number."""
+def _interval_decimals(*values: float) -> int:
+    """Enough decimals (2 to 4) that a ratio and its narrow interval's ends don't print as the same number."""
     for decimals in (2, 3):
-        if _ratio_figure(low, decimals) != _ratio_figure(high, decimals):
+        if len({_ratio_figure(value, decimals) for value in values}) == len(set(values)):
             return decimals
     return 4
 
@@ -284,7 +284,7 @@ def _effect_text(
     difference: float, difference_low: float, difference_high: float,
 ) -> str:
     if ratio is not None and low is not None and high is not None:
-        decimals = _interval_decimals(low, high) if low != high else 2
+        decimals = _interval_decimals(low, ratio, high)
         shown = [_ratio_figure(value, decimals) for value in (ratio, low, high)]
         return f"B/A = {shown[0]} (95% CI {shown[1]}-{shown[2]})"
     return f"B - A = {_figure(difference)} (95% CI {_range(difference_low, difference_high)})"
