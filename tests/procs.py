@@ -140,3 +140,22 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+class Sim(SwaplabProcess):
+    """`swaplab sim` on a free port; `extra` are its options (`--ttft-ms 100`, ...)."""
+
+    def __init__(self, workdir: Path, *extra: str, model: str = "sim-model"):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(["sim", "--port", str(self.port), "--model", model, *extra], workdir / f"sim-{self.port}.log")
+        self.wait_http(f"{self.url}/sim/stats")
+
+
+def run_swaplab(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m swaplab ARGS` to completion, output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "swaplab", *args],
+        capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+    )
