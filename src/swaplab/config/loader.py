@@ -250,6 +250,7 @@ class _ConfigReader:
         unload_timeout = top.number("unloadTimeout", DEFAULT_UNLOAD_TIMEOUT) or DEFAULT_UNLOAD_TIMEOUT
         include_aliases_in_list = top.boolean("includeAliasesInList", False)
         send_loading_state = top.boolean("sendLoadingState", False)
+        notes = _notes_folder(top.string("notes"), self.path)
 
         global_macros = macro_rules.read_macros(top.entry("macros"), "macros", self.findings.fault)
         global_chain = macro_rules.resolve_chain(global_macros, self.findings.fault)
@@ -283,6 +284,7 @@ class _ConfigReader:
             peers=peers,
             devices=devices,
             warnings=self.findings.warning_lines(),
+            notes=notes,
         )
 
     # -- top level ---------------------------------------------------------------------
@@ -797,6 +799,13 @@ def _strip_command_comments(root: Item) -> None:
             if command is not None and isinstance(command.item.value, str):
                 command.item.value = strip_comment_lines(command.item.value)
                 command.item.source = command.item.value
+
+
+def _notes_folder(text: str, config_path: str) -> str | None:
+    """The catalogue's notes folder: `~` expanded, a relative path taken from the config file's folder."""
+    if not text:
+        return None
+    return os.path.join(os.path.dirname(config_path), os.path.expanduser(text))
 
 
 def _is_http_url(text: str) -> bool:

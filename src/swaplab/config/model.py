@@ -102,6 +102,8 @@ class Config:
     devices: dict[int, DeviceConfig] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     """`FILE:LINE: message` for each unknown key (never fatal)."""
+    notes: str | None = None
+    """The catalogue's notes folder (`notes:`), relative paths already taken from the config file's folder."""
 
     def resolve_alias(self, name: str) -> str | None:
         """The model id `name` denotes (itself or through an alias), or None."""
