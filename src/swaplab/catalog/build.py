@@ -1,0 +1,55 @@
+"""`swaplab site build`: the whole site written to a folder of static files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from swaplab.catalog.render import SiteRenderer
+from swaplab.catalog.site import existing_store, read_site
+from swaplab.config import load_config
+from swaplab.errors import SwaplabError
+
+# Folders of generated pages: a page left from an earlier build (a model since removed) is deleted.
+PAGE_FOLDERS = ("models", "notes")
+
+
+def build_site(config_path: str, out: str | Path, *, notes: str | None = None, db: str | None = None,
+               generated_at: float | None = None) -> list[Path]:
+    """Build the site from the config at `config_path`, the notes folder (else the config's `notes:`)
+    and the store; returns the files written."""
+    config = load_config(config_path)
+    site = read_site(config, notes or config.notes, existing_store(db))
+    renderer = SiteRenderer(site, generated_at)
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise SwaplabError(f"--out {folder} is a file, not a folder")
+    written = []
+    try:
+        for path in renderer.paths():
+            target = folder / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            content = renderer.render(path)
+            assert content is not None
+            target.write_bytes(content)
+            written.append(target)
+        for name in PAGE_FOLDERS:
+            for stale in sorted((folder / name).glob("*.html")):
+                if stale not in written:
+                    stale.unlink()
+    except OSError as error:
+        raise SwaplabError(f"cannot write the site to {folder}: {error.strerror or error}") from None
+    return written
+
+
+def build_command(config_path: str, out: str, *, notes: str | None = None, db: str | None = None,
+                  stdout: TextIO | None = None) -> int:
+    """The CLI's `site build`: build, then say what was written; returns the exit status."""
+    stdout = stdout or sys.stdout
+    written = build_site(config_path, out, notes=notes, db=db)
+    models = sum(path.parent.name == "models" for path in written)
+    notes_written = sum(path.parent.name == "notes" for path in written)
+    index = Path(out) / "index.html"
+    print(f"Wrote {len(written)} files to {out}: {models} model pages, {notes_written} note pages. Open {index}", file=stdout)
+    return 0
