@@ -3,36 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
-from pathlib import Path
 
-import pytest
-
+from browser import ARTIFACTS, console_errors, launch, require_chromium
 from procs import SIM
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip(
-        "the browser test needs Debian's chromium at /usr/bin/chromium (`make system-deps`, as root)",
-        allow_module_level=True,
-    )
+require_chromium()
 
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
-
-# Playwright's own browser download cannot work offline: it drives Debian's Chromium, with
-# the flags that keep Chromium from reaching for the network at every start.
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
 CONFIG = f"""
 healthCheckTimeout: 30
@@ -83,14 +61,12 @@ def test_page_shows_state_and_its_buttons_load_and_unload(router_factory):
     router = router_factory(CONFIG)
     assert post_json(f"{router.url}/load?model=a") == (200, {"loaded": "a"})
     ARTIFACTS.mkdir(exist_ok=True)
-    console_errors: list[str] = []
     expect.set_options(timeout=20_000)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        browser = launch(playwright)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors = console_errors(page)
         try:
-            page.on("console", lambda message: message.type == "error" and console_errors.append(message.text))
-            page.on("pageerror", lambda error: console_errors.append(f"uncaught: {error}"))
             page.goto(f"{router.url}/ui")
 
             a, b = model_row(page, "a"), model_row(page, "b")
@@ -121,4 +97,4 @@ def test_page_shows_state_and_its_buttons_load_and_unload(router_factory):
             # Also on failure: the picture shows what the page showed instead.
             page.screenshot(path=str(ARTIFACTS / "ui.png"), full_page=True)
             browser.close()
-    assert console_errors == []
+    assert errors == []

@@ -96,14 +96,15 @@ class SiteRenderer:
     def _model(self, page: ModelPage) -> str:
         root = "../"
         charts = [self._chart(chart, f"chart-{page.page}-{chart.key}") for chart in page.performance.charts]
-        notes = [render_markdown(match.note.body, lambda name: self.site.link(name, root)) for match in page.notes]
+        # A note sits under the page's h2 "Notes" and its own h3 title.
+        notes = [render_markdown(match.note.body, lambda name: self.site.link(name, root), 3) for match in page.notes]
         return self._page(
             "model.html", root, page=page, charts=charts, rendered_notes=notes, entry_html=highlight_yaml(page.model.entry)
         )
 
     def _note(self, page: NotePage) -> str:
         root = "../"
-        body = render_markdown(page.note.body, lambda name: self.site.link(name, root))
+        body = render_markdown(page.note.body, lambda name: self.site.link(name, root), 1)
         return self._page("note.html", root, page=page, body=body)
 
     def _chart(self, chart: Chart, salt: str) -> str:

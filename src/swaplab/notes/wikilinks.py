@@ -56,6 +56,13 @@ def _render_wikilink(renderer, tokens, index, options, env) -> str:
     return f'<a class="wikilink" href="{escape(href)}">{label}</a>'
 
 
+def _render_heading(renderer, tokens, index, options, env) -> str:
+    # A note's headings sit below the page's own: `heading_offset` levels down, h6 at most.
+    token = tokens[index]
+    token.tag = f"h{min(6, int(token.tag[1]) + env.get('heading_offset', 0))}"
+    return renderer.renderToken(tokens, index, options, env)
+
+
 def wikilinks_plugin(md: MarkdownIt) -> None:
     """Teach `md` wikilinks: parsed before ordinary links, rendered through `env["resolve_wikilink"]`."""
     md.inline.ruler.before("link", "wikilink", _wikilink_rule)
@@ -66,6 +73,8 @@ def markdown() -> MarkdownIt:
     """The notes' markdown: CommonMark plus tables, strikethrough and wikilinks; raw HTML shown as text."""
     md = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
     md.use(wikilinks_plugin)
+    md.add_render_rule("heading_open", _render_heading)
+    md.add_render_rule("heading_close", _render_heading)
     return md
 
 
@@ -84,6 +93,6 @@ def find_wikilinks(text: str) -> Iterator[Wikilink]:
                 yield Wikilink(token.meta["target"], token.meta["label"], line)
 
 
-def render(text: str, resolve: Resolver) -> str:
-    """`text` as HTML, each wikilink resolved by `resolve` or marked broken."""
-    return _MARKDOWN.render(text, {"resolve_wikilink": resolve})
+def render(text: str, resolve: Resolver, heading_offset: int = 0) -> str:
+    """`text` as HTML, each wikilink resolved by `resolve` or marked broken; `# A` becomes `<h{1 + heading_offset}>`."""
+    return _MARKDOWN.render(text, {"resolve_wikilink": resolve, "heading_offset": heading_offset})
