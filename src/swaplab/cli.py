@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--watch-config", action="store_true",
         help="reload the config when its file changes (SIGHUP reloads it too)",
     )
+    serve.add_argument("--notes", help="notes folder for the catalogue at /catalog/ (default: the config's notes:)")
 
     config = commands.add_parser("config", help="check or show a config file")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -131,7 +132,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         host, port = args.listen
         return serve(
             config_path=args.config, host=host, port=port, state_dir=args.state_dir,
-            watch_config=args.watch_config, db=args.db,
+            watch_config=args.watch_config, db=args.db, notes=args.notes,
         )
     if args.command == "config":
         from swaplab.config import commands

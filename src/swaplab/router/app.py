@@ -120,6 +120,9 @@ class Router:
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/api/activity", self.handle_activity)
         add_ui_routes(app)
+        from swaplab.catalog.live import add_catalog_routes  # the catalogue's templates load with the app, not the module
+
+        add_catalog_routes(app, self)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app

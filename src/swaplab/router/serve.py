@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -32,12 +34,15 @@ class _HubHandler(logging.Handler):
         self.hub.write("router", self.format(record))
 
 
-def load(config_path: str | None, port: int) -> Config:
+def load(config_path: str | None, port: int, notes: str | None = None) -> Config:
+    """The config to serve; `notes` (`--notes`) replaces its `notes:` folder."""
     if config_path:
-        return load_config(config_path)
-    from swaplab.backends.defaults import DEFAULT_CONFIG_NAME, default_config_text
+        config = load_config(config_path)
+    else:
+        from swaplab.backends.defaults import DEFAULT_CONFIG_NAME, default_config_text
 
-    return load_config_text(default_config_text(start_port=port + 1), DEFAULT_CONFIG_NAME)
+        config = load_config_text(default_config_text(start_port=port + 1), DEFAULT_CONFIG_NAME)
+    return dataclasses.replace(config, notes=notes) if notes else config
 
 
 def configure_logging(level: str, hub: LogHub) -> None:
@@ -65,18 +70,23 @@ def serve(
     state_dir: str | None = None,
     watch_config: bool = False,
     db: str | None = None,
+    notes: str | None = None,
 ) -> int:
-    config = load(config_path, port)
+    if notes:
+        if not Path(notes).is_dir():
+            raise SwaplabError(f"--notes {notes}: no such folder")
+        notes = os.path.abspath(notes)
+    config = load(config_path, port, notes)
     hub = LogHub()
     configure_logging(config.log_level, hub)
     for warning in config.warnings:
         log.warning("%s", warning)
     directory = Path(state_dir) if state_dir else default_state_dir(port)
     router = Router(config, state_dir=directory, logs=hub, db=db)
-    return asyncio.run(_serve(router, host, port, config_path, watch_config))
+    return asyncio.run(_serve(router, host, port, config_path, watch_config, notes))
 
 
-async def _serve(router: Router, host: str, port: int, config_path: str | None, watch: bool) -> int:
+async def _serve(router: Router, host: str, port: int, config_path: str | None, watch: bool, notes: str | None) -> int:
     config = router.config
     runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
@@ -90,7 +100,7 @@ async def _serve(router: Router, host: str, port: int, config_path: str | None, 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    reloader = ConfigReloader(router, config_path, port)
+    reloader = ConfigReloader(router, config_path, port, notes)
     loop.add_signal_handler(signal.SIGHUP, reloader.request)
     watcher = loop.create_task(reloader.watch()) if watch and config_path else None
     models = ", ".join(config.models) or "(no local models)"
@@ -110,10 +120,11 @@ class ConfigReloader:
 
     WATCH_INTERVAL = 1.0
 
-    def __init__(self, router: Router, config_path: str | None, port: int):
+    def __init__(self, router: Router, config_path: str | None, port: int, notes: str | None = None):
         self.router = router
         self.config_path = config_path
         self.port = port
+        self.notes = notes
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -125,7 +136,7 @@ class ConfigReloader:
     async def reload(self) -> bool:
         async with self._lock:  # one reload at a time, in the order asked
             try:
-                new = await asyncio.to_thread(load, self.config_path, self.port)
+                new = await asyncio.to_thread(load, self.config_path, self.port, self.notes)
             except ConfigError as error:
                 log.error("config reload refused; the config in force stays:\n%s", error)
                 return False
