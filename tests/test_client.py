@@ -13,8 +13,8 @@ import json
 
 import pytest
 from aiohttp import web
-
 from procs import Sim, free_port
+
 from swaplab.client import OpenAIClient, ServerUnreachableError
 from swaplab.errors import UnknownModelError
 
@@ -105,7 +105,7 @@ models:
     async with OpenAIClient(router.url) as client:
         info = await client.server_info("alpha")
         ids = await client.tokenize("one two three", model="alpha")
-        status, listing = await client.get_json("/api/models")
+        _, listing = await client.get_json("/api/models")
         result = await client.chat("alpha", user("hi"), max_tokens=2)
     entry = next(model for model in listing["models"] if model["id"] == "sim-a")
     assert info.router and info.upstream_prefix == "/upstream/sim-a"
@@ -135,7 +135,7 @@ async def test_ttft_is_the_first_token_bearing_chunk_and_tool_calls_are_assemble
     async def chat(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        delta = lambda **fields: event({"choices": [{"index": 0, "delta": fields, "finish_reason": None}]})  # noqa: E731
+        delta = lambda **fields: event({"choices": [{"index": 0, "delta": fields, "finish_reason": None}]})
         await response.write(delta(role="assistant", content=None))  # a role-only prelude, long before any token
         await asyncio.sleep(0.1)
         await response.write(delta(reasoning_content="Let me look."))

@@ -18,7 +18,7 @@ _loads = json.loads
 class StreamAssembler:
     """Feeds SSE bytes into one `RequestResult`; `close()` settles what the end of the stream means."""
 
-    __slots__ = ("result", "done", "_pending", "_data", "_text", "_reasoning", "_tools", "_on_token")
+    __slots__ = ("_data", "_on_token", "_pending", "_reasoning", "_text", "_tools", "done", "result")
 
     def __init__(self, result: RequestResult, on_token=None):
         self.result = result

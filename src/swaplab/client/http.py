@@ -36,8 +36,7 @@ STREAM_TYPES = ("text/event-stream", "application/x-ndjson")
 def base_url_of(url: str) -> str:
     """`http://host:port` from what a user types: a trailing `/` or `/v1` is dropped."""
     url = url.rstrip("/")
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
+    url = url.removesuffix("/v1")
     if "://" not in url:
         url = f"http://{url}"
     return url
@@ -173,7 +172,7 @@ class OpenAIClient:
                     attempt = SimpleNamespace(reused=False)
                     continue
                 result.error = describe(error)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            except (TimeoutError, aiohttp.ClientError) as error:
                 result.error = describe(error)
             result.end_at = perf_counter()
             return result
@@ -190,7 +189,7 @@ class OpenAIClient:
             try:
                 async for data in response.content.iter_any():
                     assembler.feed(data, perf_counter())
-            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            except (TimeoutError, aiohttp.ClientError) as error:
                 # Mid-stream: the server may have done the work; never retried.
                 assembler.close(perf_counter())
                 result.error = f"the stream broke: {describe(error)}"
@@ -230,7 +229,7 @@ class OpenAIClient:
             raise ServerUnreachableError(
                 f"cannot reach {self.base_url} ({_reason(error)}); is the server running? Check --url"
             ) from None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        except (TimeoutError, aiohttp.ClientError) as error:
             raise ServerUnreachableError(f"{method} {self.base_url}{path} failed: {describe(error)}") from None
 
     # -- what the server is ----------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 
@@ -65,7 +66,7 @@ class RequestResult:
     def itl_ms(self) -> list[float]:
         """Gaps between consecutive token-bearing chunks."""
         times = self.token_times
-        return [(later - earlier) * 1000 for earlier, later in zip(times, times[1:])]
+        return [(later - earlier) * 1000 for earlier, later in pairwise(times)]
 
     @property
     def server_tokens_per_second(self) -> float | None:

@@ -1,0 +1,181 @@
+"""What a bench run shows: a live progress bar with tok/s, the results table, the JSON report."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from swaplab.bench.run import BenchOutcome, Observer
+from swaplab.client import RequestResult
+from swaplab.results.present import levels_table
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# The columns of the end-of-run table, per kind (the store keeps every figure).
+SHOWN = {
+    "throughput": (
+        "output_tokens_per_second", "requests_per_second", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+        "achieved_input_tokens", "achieved_output_tokens", "error_rate",
+    ),
+    "prefill": (
+        "ttft_ms", "prefill_tokens_per_second", "e2e_ms", "achieved_input_tokens", "achieved_output_tokens",
+        "cached_tokens", "error_rate",
+    ),
+    "prefix-cache": (
+        "ttft_ms", "cached_tokens", "e2e_ms", "achieved_input_tokens", "achieved_output_tokens", "error_rate",
+    ),
+}
+RATE_WINDOW_SECONDS = 1.0
+
+
+class ProgressBar(Observer):
+    """A rich progress bar over all requests of the run, with the tokens per second arriving now."""
+
+    def __init__(self, console: Console):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._tokens = 0
+        self._window: tuple[float, int] = (perf_counter(), 0)
+        self._rate = 0.0
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        )
+        self._task = self._progress.add_task("starting", total=None, rate="")
+
+    def __enter__(self) -> ProgressBar:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._progress.stop()
+
+    def planned(self, total_requests: int) -> None:
+        self._progress.update(self._task, total=total_requests, completed=0)
+
+    def phase(self, description: str) -> None:
+        self._progress.update(self._task, description=description)
+
+    def request_done(self, result: RequestResult) -> None:
+        self._progress.update(self._task, advance=1, rate=self._live_rate())
+
+    def token(self) -> None:
+        self._tokens += 1
+
+    def _live_rate(self) -> str:
+        # Token-bearing chunks per second over the last second or so: a live view only;
+        # the report's tok/s come from the server's usage.
+        now = perf_counter()
+        since, count = self._window
+        if now - since >= RATE_WINDOW_SECONDS:
+            self._rate = (self._tokens - count) / (now - since)
+            self._window = (now, self._tokens)
+        return f"{self._rate:,.0f} tok/s"
+
+
+def show_outcome(outcome: BenchOutcome, console: Console, *, db_path: str, json_path: str | None) -> None:
+    """The results table and what the run means, after it."""
+    summary = outcome.summary
+    run = outcome.run
+    about = f"{run.kind} of {run.model}" + (f" ({run.alias})" if run.alias else "")
+    about += f" at {run.target_url}"
+    backend = " ".join(part for part in (run.backend_kind, run.backend_version) if part)
+    if backend:
+        about += f", {backend}"
+    shown = [{key: level[key] for key in ("level", *SHOWN[run.kind]) if key in level} for level in summary["levels"]]
+    console.print(levels_table(shown, title=about))
+    reps = summary["reps"]
+    console.print(
+        f"{reps} rep{'s' if reps != 1 else ''} after {summary['warmup_discarded']} warm-up run"
+        f"{'s' if summary['warmup_discarded'] != 1 else ''} (discarded): rates are mean (min-max) over reps, "
+        "latencies p50 / p99 over every successful request; failed requests count only in errors."
+    )
+    for line in interpretation(run.kind, summary):
+        console.print(line)
+    for flag in summary.get("flags", ()):
+        console.print(f"[yellow]flagged: {flag}[/yellow]")
+    overhead = summary.get("client_overhead_ms")
+    if overhead is not None:
+        console.print(f"Client overhead: {overhead:.2f} ms of TTFT p50 ({summary['client_overhead_source']}).")
+    console.print(f"Stored as run {outcome.run_id} in {db_path}" + (f"; JSON report in {json_path}" if json_path else "") + ".")
+
+
+def interpretation(kind: str, summary: Mapping[str, Any]) -> list[str]:
+    """The figures a kind is read by, in sentences."""
+    lines = []
+    if kind == "throughput" and summary.get("scaling_ratio", {}).get("mean") is not None:
+        ratio = summary["scaling_ratio"]
+        lines.append(f"Scaling {summary['scaling']}: {_spread(ratio, 'x', 2)} output tok/s.")
+    if kind == "prefix-cache":
+        lines.append(
+            f"TTFT uncached {_spread(summary['uncached_ttft_ms'], ' ms')}, cached {_spread(summary['cached_ttft_ms'], ' ms')}: "
+            f"{_spread(summary['cache_ttft_ratio'], 'x', 2)} faster. Judge the cache by the ratio, the backend by the absolutes."
+        )
+    for level in summary["levels"]:
+        server = level.get("server_tpot_ms")
+        if server and server.get("p50") and level["tpot_ms"].get("p50"):
+            lines.append(
+                f"{level['level']}: TPOT p50 {level['tpot_ms']['p50']:.2f} ms measured, "
+                f"{server['p50']:.2f} ms by the server's own timings."
+            )
+    return lines
+
+
+def report_document(outcome: BenchOutcome) -> dict[str, Any]:
+    """The self-contained JSON report: the run, how it was made, every figure, every request."""
+    run = outcome.run
+    summary = outcome.summary
+    return {
+        "run_id": outcome.run_id,
+        "kind": run.kind,
+        "target_url": run.target_url,
+        "model": run.model,
+        "model_id": run.alias or run.model,
+        "backend_kind": run.backend_kind,
+        "backend_version": run.backend_version,
+        "config_hash": run.config_hash,
+        "host": run.host,
+        "swaplab_version": run.swaplab_version,
+        "started_at": run.started_at,
+        "ended_at": run.ended_at,
+        "status": run.status,
+        "parameters": dict(run.parameters),
+        **summary,
+        "requests": [asdict(row) for row in outcome.rows],
+    }
+
+
+def write_json(outcome: BenchOutcome, path: str) -> None:
+    """Write the JSON report next to nothing half-done: to a temporary name, then renamed into place."""
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(json.dumps(report_document(outcome), indent=2, default=str) + "\n")
+    partial.replace(target)
+
+
+def _spread(figure: Mapping[str, Any], unit: str = "", digits: int = 0) -> str:
+    mean, low, high = figure.get("mean"), figure.get("min"), figure.get("max")
+    if mean is None:
+        return "-"
+    form = f"{{:.{digits}f}}"
+    text = form.format(mean) + unit
+    if low is not None and high is not None and low != high:
+        text += f" ({form.format(low)}-{form.format(high)})"
+    return text
