@@ -106,7 +106,69 @@ def build_parser() -> argparse.ArgumentParser:
     runs_show.add_argument("id", type=int, help="the run's id, as `swaplab runs list` shows it")
     runs_show.add_argument("--db", help="the swaplab database (default: $SWAPLAB_DB or the user's data directory)")
     runs_show.add_argument("--json", action="store_true", help="print the run and all its requests as JSON")
+
+    bench = commands.add_parser("bench", help="measure a served model: throughput, prefill, prefix cache")
+    bench_commands = bench.add_subparsers(dest="bench_command", required=True, metavar="WORKLOAD")
+    bench_db_help = "the swaplab database runs are stored in (default: $SWAPLAB_DB or the user's data directory)"
+    workloads = {
+        "throughput": "output tok/s, TTFT, TPOT, ITL and latency over a concurrency sweep (or Poisson rates)",
+        "prefill": "TTFT and prefill tok/s at growing prompt lengths, one request at a time",
+        "prefix-cache": "TTFT with a shared prefix cached against the same length uncached",
+    }
+    for name, summary in workloads.items():
+        workload = bench_commands.add_parser(name, help=summary, description=summary)
+        workload.add_argument("--url", default="http://127.0.0.1:8080", help="a swaplab router or a backend (default: the local router)")
+        workload.add_argument("--model", help="model id or alias (default: the only model the server has)")
+        workload.add_argument("--endpoint", choices=("chat", "completions"), default="chat", help="API to send prompts to (default chat)")
+        workload.add_argument("--output-tokens", type=int, help="forced answer length (default 256 for throughput, 16 otherwise)")
+        workload.add_argument("--requests", type=int, help="requests per level and rep (default: 4 per concurrency slot; 2 for prefill; 4 for prefix-cache)")
+        workload.add_argument("--reps", type=int, default=3, help="measured repetitions (default 3)")
+        workload.add_argument("--warmup", type=int, default=1, help="warm-up runs done first and discarded (default 1)")
+        workload.add_argument("--db", help=bench_db_help)
+        workload.add_argument("--json", metavar="FILE", help="also write a self-contained JSON report")
+        workload.add_argument("--api-key", help="bearer token for the server (default: $OPENAI_API_KEY)")
+        workload.add_argument("--selftest", action="store_true", help="measure the client's overhead afresh before the run")
+        if name == "throughput":
+            workload.add_argument("--input-tokens", type=_int_list, default=[1024], help="prompt length (default 1024)")
+            workload.add_argument("--concurrency", type=_int_list, default=[], help="levels, comma-separated (default 1,2,4,8)")
+            workload.add_argument("--rate", type=_float_list, default=[], help="Poisson arrivals per second instead, comma-separated levels")
+            workload.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals (default 0)")
+        elif name == "prefill":
+            workload.add_argument("--input-tokens", type=_int_list, default=[], help="prompt lengths (default 1024,8192,32768, capped at the context)")
+        else:
+            workload.add_argument("--prefix-tokens", type=int, help="shared prefix length (default 4096, capped at the context)")
+            workload.add_argument("--suffix-tokens", type=int, default=64, help="fresh suffix after it (default 64)")
+    compare = bench_commands.add_parser("compare", help="compare two stored runs: a ratio with its interval, or indistinguishable")
+    compare.add_argument("a", type=int, help="run id of A (the baseline)")
+    compare.add_argument("b", type=int, help="run id of B")
+    compare.add_argument("--db", help=bench_db_help)
+    selftest = bench_commands.add_parser("selftest", help="measure what the client itself adds, against a sim it starts")
+    selftest.add_argument("--streams", type=int, default=64, help="concurrent streams (default 64)")
+    selftest.add_argument("--ttft-ms", type=float, default=50.0, help="the sim's TTFT (default 50)")
+    selftest.add_argument("--tokens-per-second", type=float, default=50.0, help="the sim's rate per stream (default 50)")
+    selftest.add_argument("--output-tokens", type=int, default=64, help="tokens per stream (default 64)")
+    selftest.add_argument("--rounds", type=int, default=5, help="pairs of rounds, one per reader (default 5)")
+    selftest.add_argument(
+        "--spread-ms", type=float, default=20.0,
+        help="stream starts spread over this long, as in a steady closed loop (default 20; 0 = all at once)",
+    )
+    selftest.add_argument("--db", help=bench_db_help)
+    selftest.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     return parser
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,4 +244,45 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.runs_command == "list":
             return present.list_command(args.db, model=args.model, kind=args.kind, limit=args.limit)
         return present.show_command(args.db, args.id, as_json=args.json)
+    if args.command == "bench":
+        return _bench(args)
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from swaplab.bench import commands
+
+    if args.bench_command == "compare":
+        return commands.compare_command(args.db, args.a, args.b)
+    if args.bench_command == "selftest":
+        from swaplab.bench.selftest import SelftestSettings
+
+        settings = SelftestSettings(
+            streams=args.streams, ttft_ms=args.ttft_ms, tokens_per_second=args.tokens_per_second,
+            output_tokens=args.output_tokens, rounds=args.rounds, spread_ms=args.spread_ms,
+        )
+        return commands.selftest_command(args.db, settings, json_path=args.json)
+    import os
+
+    from swaplab.bench.run import BenchSettings
+
+    settings = BenchSettings(
+        kind=args.bench_command,
+        url=args.url,
+        model=args.model,
+        endpoint=args.endpoint,
+        reps=args.reps,
+        warmup=args.warmup,
+        seed=getattr(args, "seed", 0),
+        api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
+        input_tokens=getattr(args, "input_tokens", []),
+        output_tokens=args.output_tokens,
+        concurrency=getattr(args, "concurrency", []),
+        rates=getattr(args, "rate", []),
+        requests=args.requests,
+        prefix_tokens=getattr(args, "prefix_tokens", None),
+        suffix_tokens=getattr(args, "suffix_tokens", 64),
+        db=args.db,
+        fresh_selftest=args.selftest,
+    )
+    return commands.run_command(settings, json_path=args.json)
