@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from swaplab.catalog.figures import backend, central, number, repetitions, spread_text, when
+from swaplab.catalog.figures import backend, central, repetitions, spread_range, spread_text, when
 
 GRILL_KIND = "grill"
 
@@ -45,12 +45,9 @@ def grill_rows(runs: Sequence[Mapping[str, Any]]) -> list[GrillRow]:
 
 def grill_row(run: Mapping[str, Any]) -> GrillRow:
     summary = run.get("summary") or {}
-    score, total = summary.get("score"), summary.get("total")
-    score_text = spread_text(score)
-    if score_text != "-" and total is not None:
-        mean, _, spread = score_text.partition(" ")
-        score_text = f"{mean}/{total}" + (f" {spread}" if spread else "")
-    elif score_text == "-" and isinstance(summary.get("headline"), str):
+    score = summary.get("score")
+    score_text = out_of(score, summary.get("total"))
+    if score_text == "-" and isinstance(summary.get("headline"), str):
         score_text = summary["headline"]
     log = summary.get("log") if isinstance(summary.get("log"), str) else ""
     return GrillRow(
@@ -76,15 +73,31 @@ def latest_score(rows: Sequence[GrillRow]) -> GrillRow | None:
     return scored[-1] if scored else None
 
 
+def out_of(value: Any, total: Any) -> str:
+    """A count over repetitions against its maximum: `22/23`, `20.0/23 (19–21)`; `-` when absent."""
+    mean = central(value)
+    if mean is None:
+        return "-"
+    of = f"/{total}" if total is not None else ""
+    bounds = spread_range(value)
+    if bounds is None:
+        return f"{_count(mean)}{of}"
+    return f"{mean:.1f}{of} ({_count(bounds[0])}–{_count(bounds[1])})"
+
+
+def _count(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
 def _rounds(rounds: Any) -> str:
-    """`r1 7/8 · r2 3/5 · r3 5/5`."""
+    """`r1 7/8 · r2 3.0/5 (2–4) · r3 5/5`."""
     if not isinstance(rounds, list):
         return ""
-    parts = []
-    for item in rounds:
-        if isinstance(item, Mapping) and central(item.get("score")) is not None:
-            total = f"/{item['total']}" if item.get("total") is not None else ""
-            parts.append(f"{item.get('round', '?')} {number(central(item['score']))}{total}")
+    parts = [
+        f"{item.get('round', '?')} {out_of(item['score'], item.get('total'))}"
+        for item in rounds
+        if isinstance(item, Mapping) and central(item.get("score")) is not None
+    ]
     return " · ".join(parts)
 
 
@@ -92,13 +105,7 @@ def _r5(r5: Any) -> str:
     """`6/6 complete, 0/6 looped` (means over repetitions, with their spread)."""
     if not isinstance(r5, Mapping):
         return "-"
-    total = f"/{r5['total']}" if r5.get("total") is not None else ""
-    parts = []
-    for key in ("complete", "looped"):
-        if central(r5.get(key)) is not None:
-            value = spread_text(r5[key])
-            mean, _, spread = value.partition(" ")
-            parts.append(f"{mean}{total} {key}" + (f" {spread}" if spread else ""))
+    parts = [f"{out_of(r5[key], r5.get('total'))} {key}" for key in ("complete", "looped") if central(r5.get(key)) is not None]
     return ", ".join(parts) or "-"
 
 
