@@ -130,7 +130,8 @@ def test_notes_show_prints_the_notes_of_a_model_through_its_alias():
     [
         (("notes", "check", "/nonexistent/notes"), "swaplab: notes folder /nonexistent/notes does not exist"),
         (("notes", "show", "m", "--notes", "/nonexistent/notes"), "swaplab: notes folder /nonexistent/notes does not exist"),
-        (("notes", "show", "m", "--notes", str(SEED_NOTES), "--config", "/nonexistent.yaml"), "/nonexistent.yaml:1: no such file"),
+        (("notes", "show", "m", "--notes", str(SEED_NOTES), "--config", "/nonexistent.yaml"),
+         "/nonexistent.yaml:1: no such file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

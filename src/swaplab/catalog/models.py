@@ -103,7 +103,9 @@ def retired_models(
         survives = tuple(
             where for where, names in (("results", from_results), ("notes", from_notes)) if names & set(members)
         )
-        retired.append(CatalogModel(id=model_id, names=(model_id, *aliases), origin="retired", aliases=aliases, survives_in=survives))
+        retired.append(
+            CatalogModel(id=model_id, names=(model_id, *aliases), origin="retired", aliases=aliases, survives_in=survives)
+        )
     return sorted(retired, key=lambda model: model.id)
 
 

@@ -9,7 +9,7 @@ as a spread over repetitions and `ttft_ms` as a distribution; a prefix-cache run
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from swaplab.catalog.figures import backend, central, number, spread_range, spread_text, when
@@ -65,7 +65,6 @@ class Performance:
     best_at: str = ""
     left_out: int = 0
     """Bench runs not shown because they did not complete."""
-    kinds: tuple[str, ...] = field(default=())
 
 
 def run_label(run: Mapping[str, Any]) -> str:
@@ -103,7 +102,7 @@ def performance(runs: Sequence[Mapping[str, Any]]) -> Performance:
                 best, best_at = rate, f"{_level_name(level)} in run #{run['id']}"
     return Performance(
         charts=tuple(charts), tables=tuple(tables), best_tokens_per_second=best, best_at=best_at,
-        left_out=len(bench) - len(completed), kinds=tuple(kind for kind in BENCH_KINDS if by_kind[kind]),
+        left_out=len(bench) - len(completed),
     )
 
 

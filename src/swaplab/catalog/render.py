@@ -90,7 +90,8 @@ class SiteRenderer:
     def _index(self) -> dict[str, object]:
         local = [page for page in self.site.models if page.model.origin != "peer"]
         peers = [page for page in self.site.models if page.model.origin == "peer"]
-        counts = {origin: sum(page.model.origin == origin for page in self.site.models) for origin in ("local", "peer", "retired")}
+        origins = [page.model.origin for page in self.site.models]
+        counts = {origin: origins.count(origin) for origin in ("local", "peer", "retired")}
         return {"local": local, "peers": peers, "counts": counts}
 
     def _model(self, page: ModelPage) -> str:

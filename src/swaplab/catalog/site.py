@@ -69,9 +69,6 @@ class Site:
     note_pages: dict[str, str] = field(default_factory=dict)
     """note stem -> page name."""
 
-    def model(self, model_id: str) -> ModelPage:
-        return next(page for page in self.models if page.model.id == model_id)
-
     def link(self, name: str, root: str) -> str | None:
         """The href of what `[[name]]` names, from a page `root` levels below the site (`""` or `"../"`)."""
         note = self.targets.note(name)
