@@ -61,16 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
     site_build.add_argument("--db", help="the swaplab database (default: $SWAPLAB_DB or the user's data directory, if it exists)")
     site_build.add_argument("--out", required=True, metavar="DIR", help="folder to write the site to")
 
-    notes = commands.add_parser("notes", help="check a notes folder's wikilinks or show a model's notes")
-    notes_commands = notes.add_subparsers(dest="notes_command", required=True, metavar="ACTION")
-    notes_check = notes_commands.add_parser("check", help="list broken [[wikilinks]] as FILE:LINE; exit 1 if any")
-    notes_check.add_argument("folder", metavar="DIR")
-    notes_check.add_argument("--config", help="a config whose model ids and aliases are valid link targets too")
-    notes_show = notes_commands.add_parser("show", help="print the notes that belong to a model")
-    notes_show.add_argument("model", metavar="MODEL", help="model id or alias")
-    notes_show.add_argument("--notes", required=True, metavar="DIR", help="the notes folder")
-    notes_show.add_argument("--config", help="the config, so the model's aliases match too")
-
     sim = commands.add_parser("sim", help="a scriptable OpenAI-compatible server for tests and benchmarks")
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, required=True)
@@ -212,12 +202,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         from swaplab.catalog.build import build_command
 
         return build_command(args.config, args.out, notes=args.notes, db=args.db)
-    if args.command == "notes":
-        from swaplab.notes import commands as notes_commands
-
-        if args.notes_command == "check":
-            return notes_commands.check(args.folder, config_path=args.config)
-        return notes_commands.show(args.model, args.notes, config_path=args.config)
     if args.command == "sim":
         from swaplab.sim.server import SimSettings, run
 
