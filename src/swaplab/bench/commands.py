@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swaplab.bench.compare import compare_runs, sentences
+from swaplab.bench.compare import MIN_EFFECT, compare_runs, sentences
 from swaplab.bench.overhead import save_selftest, timed_measure
 from swaplab.bench.report import ProgressBar, show_outcome, write_json
 from swaplab.bench.run import BenchSettings, execute
@@ -34,12 +34,14 @@ def run_command(settings: BenchSettings, *, json_path: str | None = None, consol
     return 0 if outcome.run.status == "completed" else 1
 
 
-def compare_command(db: str | None, a: int, b: int, *, console: Console | None = None) -> int:
+def compare_command(
+    db: str | None, a: int, b: int, *, min_effect: float = MIN_EFFECT, console: Console | None = None
+) -> int:
     """`swaplab bench compare A B`: one verdict per level, then the overall one."""
     from rich.console import Console
 
     console = console or Console()
-    for line in sentences(compare_runs(db, a, b)):
+    for line in sentences(compare_runs(db, a, b, min_effect=min_effect)):
         console.print(line, highlight=False, soft_wrap=True)
     return 0
 
@@ -52,7 +54,7 @@ def selftest_command(
 
     console = console or Console()
     _check_writable(json_path)
-    with console.status(f"selftest: {settings.streams} streams from a sim, {settings.rounds} rounds of each reader"):
+    with console.status(f"selftest: {settings.streams} streams from a sim, {settings.rounds} pairs of rounds"):
         report, started_at, ended_at = asyncio.run(timed_measure(settings))
     run_id = save_selftest(db, report, started_at=started_at, ended_at=ended_at)
     summary = report.summary()
@@ -61,7 +63,7 @@ def selftest_command(
     console.print(selftest_table(report, summary))
     console.print(
         f"The client adds {summary['client_overhead_ms']:.2f} ms to TTFT p50 over the raw reader "
-        f"and keeps {summary['client_stream_rate_ratio']:.1%} of the sim's per-stream token rate. "
+        f"(median over {settings.rounds} back-to-back pairs of rounds) and keeps {summary['client_stream_rate_ratio']:.1%} of the sim's per-stream token rate. "
         f"Stored as run {run_id} in {db or default_path()}; bench reports on this host quote it as client_overhead_ms.",
         highlight=False,
     )
@@ -75,7 +77,8 @@ def selftest_table(report: SelftestReport, summary: dict[str, Any]):
     settings = report.settings
     table = Table(
         title=f"selftest: {settings.streams} concurrent streams, sim at {settings.ttft_ms:g} ms TTFT and "
-        f"{settings.tokens_per_second:g} tok/s per stream, {settings.output_tokens} tokens each, {settings.rounds} rounds",
+        f"{settings.tokens_per_second:g} tok/s per stream, {settings.output_tokens} tokens each, "
+        f"{settings.rounds} pairs of rounds",
         title_justify="left",
     )
     table.add_column("")

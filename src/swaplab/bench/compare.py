@@ -3,11 +3,17 @@
 The figure is taken per repetition from the stored requests (output tok/s for
 throughput, mean TTFT for prefill and prefix-cache, plus the cache's TTFT ratio), and
 `swaplab.results.stats.compare` decides: "indistinguishable" unless the data separate them.
+
+One more rule on top: a difference smaller than MIN_EFFECT (1%) is not claimed, however
+significant. A deterministic backend (the sim, a quiet GPU) repeats itself to 0.01%, so
+two runs of one config can differ "significantly" by 0.03% of timer and scheduling
+noise; the seed calls backends within a few percent "a wash", and reps agreeing to
+0.1% "agree".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from swaplab.bench.summary import HEADLINE_METRIC, measured, per_rep
@@ -16,6 +22,7 @@ from swaplab.results.runs import get_run
 from swaplab.results.stats import Comparison, compare
 
 NAMING_KEYS = ("input_tokens", "output_tokens", "concurrency", "rate")
+MIN_EFFECT = 0.01  # B/A within 1% of 1 is never called a difference
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ class RunComparison:
         return "different" if any(level.comparison.different for level in self.levels) else "indistinguishable"
 
 
-def compare_runs(db: str | None, a_id: int, b_id: int) -> RunComparison:
+def compare_runs(db: str | None, a_id: int, b_id: int, *, min_effect: float = MIN_EFFECT) -> RunComparison:
     """Compare run B against run A; raises SwaplabError when they can't be compared."""
     a, b = _load(db, a_id), _load(db, b_id)
     if a["kind"] != b["kind"]:
@@ -65,17 +72,25 @@ def compare_runs(db: str | None, a_id: int, b_id: int) -> RunComparison:
     a_reps = {name: per_rep(measured(a["requests"], name)) for name in shared}
     b_reps = {name: per_rep(measured(b["requests"], name)) for name in shared}
     for name in shared:
-        compared.append(_level(name, figure, a_reps[name].get(key, []), b_reps[name].get(key, [])))
+        compared.append(compare_level(name, figure, a_reps[name].get(key, []), b_reps[name].get(key, []), min_effect))
     if a["kind"] == "prefix-cache" and {"uncached", "cached"} <= set(shared):
-        compared.append(_level("cache", "uncached/cached TTFT ratio", _ratios(a_reps), _ratios(b_reps)))
+        compared.append(compare_level("cache", "uncached/cached TTFT ratio", _ratios(a_reps), _ratios(b_reps), min_effect))
     return RunComparison(a, b, compared, differences)
 
 
-def _level(name: str, figure: str, a: list[float], b: list[float]) -> LevelComparison:
+def compare_level(name: str, figure: str, a: list[float], b: list[float], min_effect: float) -> LevelComparison:
+    """`stats.compare` on one figure's per-rep values, with the MIN_EFFECT rule on top."""
     if not a or not b:
         missing = "A" if not a else "B"
         raise SwaplabError(f"level {name}: run {missing} has no successful measured request to compare")
-    return LevelComparison(name, figure, a, b, compare(a, b))
+    comparison = compare(a, b)
+    if comparison.different and comparison.ratio is not None and abs(comparison.ratio - 1) < min_effect:
+        comparison = replace(
+            comparison,
+            verdict="indistinguishable",
+            reason=f"{comparison.reason}, a difference under {min_effect:.0%}: too small to claim",
+        )
+    return LevelComparison(name, figure, a, b, comparison)
 
 
 def _ratios(reps: dict[str, dict[str, list[float]]]) -> list[float]:

@@ -113,7 +113,7 @@ def show_outcome(outcome: BenchOutcome, console: Console, *, db_path: str, json_
         console.print(f"[yellow]flagged: {flag}[/yellow]")
     overhead = summary.get("client_overhead_ms")
     if overhead is not None:
-        console.print(f"Client overhead: {overhead:.2f} ms of TTFT p50 ({summary['client_overhead_source']}).")
+        console.print(f"Client overhead: {overhead:.2f} ms of TTFT p50, from {summary['client_overhead_source']}.")
     console.print(f"Stored as run {outcome.run_id} in {db_path}" + (f"; JSON report in {json_path}" if json_path else "") + ".")
 
 

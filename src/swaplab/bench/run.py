@@ -53,10 +53,15 @@ class BenchSettings:
     fresh_selftest: bool = False
 
     def parameters(self) -> dict[str, Any]:
-        """The settings as recorded with the run (no credentials)."""
+        """The settings that shaped the run, as recorded with it (no credentials, nothing another kind uses)."""
+        unused = {
+            "throughput": ("prefix_tokens", "suffix_tokens"),
+            "prefill": ("concurrency", "rates", "seed", "prefix_tokens", "suffix_tokens"),
+            "prefix-cache": ("concurrency", "rates", "seed", "input_tokens"),
+        }.get(self.kind, ())
         recorded = asdict(self)
-        for private in ("api_key", "db", "url", "model", "kind"):
-            recorded.pop(private)
+        for name in ("api_key", "db", "url", "model", "kind", *unused):
+            recorded.pop(name)
         return recorded
 
 
