@@ -132,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("a", type=int, help="run id of A (the baseline)")
     compare.add_argument("b", type=int, help="run id of B")
     compare.add_argument("--db", help=bench_db_help)
+    compare.add_argument(
+        "--min-effect", type=float, default=0.01,
+        help="a B/A this close to 1 is never called a difference, however significant (default 0.01)",
+    )
     selftest = bench_commands.add_parser("selftest", help="measure what the client itself adds, against a sim it starts")
     selftest.add_argument("--streams", type=int, default=64, help="concurrent streams (default 64)")
     selftest.add_argument("--ttft-ms", type=float, default=50.0, help="the sim's TTFT (default 50)")
@@ -237,7 +241,7 @@ def _bench(args: argparse.Namespace) -> int:
     from swaplab.bench import commands
 
     if args.bench_command == "compare":
-        return commands.compare_command(args.db, args.a, args.b)
+        return commands.compare_command(args.db, args.a, args.b, min_effect=args.min_effect)
     if args.bench_command == "selftest":
         from swaplab.bench.selftest import SelftestSettings
 
