@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from swaplab.bench.run import BenchOutcome, Observer
 from swaplab.client import RequestResult
 from swaplab.results.present import levels_table
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 # The columns of the end-of-run table, per kind (the store keeps every figure).
 SHOWN = {
@@ -30,35 +40,25 @@ SHOWN = {
         "ttft_ms", "cached_tokens", "e2e_ms", "achieved_input_tokens", "achieved_output_tokens", "error_rate",
     ),
 }
-RATE_WINDOW_SECONDS = 1.0
+RATE_WINDOW_SECONDS = 2.0
 
 
 class ProgressBar(Observer):
     """A rich progress bar over all requests of the run, with the tokens per second arriving now."""
 
     def __init__(self, console: Console):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self._tokens = 0
-        self._window: tuple[float, int] = (perf_counter(), 0)
-        self._rate = 0.0
+        self.tokens = 0  # token-bearing chunks so far, counted by the client's event loop
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
+            LiveRate(self),
             TimeElapsedColumn(),
             console=console,
             transient=True,
             disable=not console.is_terminal,
         )
-        self._task = self._progress.add_task("starting", total=None, rate="")
+        self._task = self._progress.add_task("starting", total=None)
 
     def __enter__(self) -> ProgressBar:
         self._progress.start()
@@ -68,26 +68,36 @@ class ProgressBar(Observer):
         self._progress.stop()
 
     def planned(self, total_requests: int) -> None:
-        self._progress.update(self._task, total=total_requests, completed=0)
+        self._progress.reset(self._task, total=total_requests)
 
     def phase(self, description: str) -> None:
         self._progress.update(self._task, description=description)
 
     def request_done(self, result: RequestResult) -> None:
-        self._progress.update(self._task, advance=1, rate=self._live_rate())
+        self._progress.advance(self._task)
 
     def token(self) -> None:
-        self._tokens += 1
+        self.tokens += 1
 
-    def _live_rate(self) -> str:
-        # Token-bearing chunks per second over the last second or so: a live view only;
-        # the report's tok/s come from the server's usage.
+
+class LiveRate(ProgressColumn):
+    """Token-bearing chunks per second over the last RATE_WINDOW_SECONDS: a live view only
+    (the report's tok/s come from the server's usage)."""
+
+    def __init__(self, bar: ProgressBar):
+        super().__init__()
+        self._bar = bar
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def render(self, task: Task) -> Text:
         now = perf_counter()
-        since, count = self._window
-        if now - since >= RATE_WINDOW_SECONDS:
-            self._rate = (self._tokens - count) / (now - since)
-            self._window = (now, self._tokens)
-        return f"{self._rate:,.0f} tok/s"
+        samples = self._samples
+        samples.append((now, self._bar.tokens))
+        while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW_SECONDS:
+            samples.popleft()
+        since, count = samples[0]
+        rate = (self._bar.tokens - count) / (now - since) if now > since else 0.0
+        return Text(f"{rate:,.0f} tok/s")
 
 
 def show_outcome(outcome: BenchOutcome, console: Console, *, db_path: str, json_path: str | None) -> None:
