@@ -74,7 +74,8 @@ async def test_http_errors_and_refused_connections_are_recorded_not_raised(sim, 
         crashing.close()
     assert broken.status == 200 and len(broken.token_times) == 3
     assert broken.error is not None and broken.attempts == 1  # tokens had arrived: never retried
-    assert after.status is None and after.error.startswith("cannot connect")
+    # The crashed server is gone: refused, or reset while its socket was still closing.
+    assert after.status is None and after.error.startswith(("cannot connect", "[Errno 104]"))
 
 
 async def test_server_info_tokenize_and_bad_targets(sim):
