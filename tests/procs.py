@@ -30,7 +30,9 @@ def free_port_block(size: int = 10) -> int:
     import random
 
     for _ in range(200):
-        base = random.randrange(20000, 60000 - size)
+        # Below Linux's ephemeral range (32768 and up by default), where outgoing
+        # connections take their local ports and could take ours between check and use.
+        base = random.randrange(20000, 32000 - size)
         sockets = []
         try:
             for port in range(base, base + size):
@@ -120,7 +122,8 @@ class Router(SwaplabProcess):
     """`swaplab serve` on a free port with its own state directory."""
 
     def __init__(self, config: Path | None, workdir: Path, *extra: str, port: int | None = None):
-        self.port = port or free_port()
+        # The built-in default gives its backends this port + 1 and + 2: keep all three free.
+        self.port = port or (free_port_block(3) if config is None else free_port())
         self.url = f"http://127.0.0.1:{self.port}"
         self.state_dir = workdir / "state"
         self.db = workdir / "swaplab.db"
