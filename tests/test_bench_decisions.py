@@ -70,7 +70,7 @@ def test_warmup_rows_never_count_and_lengths_off_by_more_than_5_percent_are_flag
         row(1, 1.0, 2.0, tokens=64), row(1, 2.0, 3.0, tokens=61),  # 61 is 4.7% short: fine
     ]
     figures = level_figures(level, rows)
-    assert figures["requests"] == 2 and figures["achieved_output_tokens"]["min"] == 61
+    assert figures["measured_requests"] == 2 and figures["achieved_output_tokens"]["min"] == 61
     assert length_flags(figures) == []
     figures = level_figures(level, [*rows, row(1, 3.0, 4.0, tokens=60)])  # 6.25% short
     assert length_flags(figures) == ["c=1: output lengths 60-64 tokens, asked for 64 (off by more than 5%)"]

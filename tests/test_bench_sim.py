@@ -92,7 +92,7 @@ def test_measured_ttft_tpot_and_itl_match_the_sims_settings(timed_run):
         assert level["itl_ms"]["p50"] == pytest.approx(gap, rel=GAP_TOLERANCE)
         assert level["e2e_ms"]["p50"] == pytest.approx(TTFT_MS + 15 * gap, rel=GAP_TOLERANCE)
         # Exact lengths: the sim counts one token per word and adds nothing around a chat prompt.
-        assert level["achieved_input_tokens"] == {"mean": 32, "min": 32, "max": 32, "n": level["requests"]}
+        assert level["achieved_input_tokens"] == {"mean": 32, "min": 32, "max": 32, "n": level["measured_requests"]}
         assert level["achieved_output_tokens"]["min"] == level["achieved_output_tokens"]["max"] == 16
         # Four requests per slot, each done in TTFT + 15 gaps: the sim's own rate, per rep.
         ideal = level["concurrency"] * 16 / ((TTFT_MS + 15 * gap) / 1000)
@@ -127,7 +127,7 @@ def test_the_warmup_run_is_discarded_and_recorded_as_such(timed_run):
     assert {request["rep"] for request in measured} == {1, 2}
     for level in document["levels"]:
         # Only measured requests are in the figures.
-        assert level["ttft_ms"]["n"] == level["requests"] == 2 * 4 * level["concurrency"]
+        assert level["ttft_ms"]["n"] == level["measured_requests"] == 2 * 4 * level["concurrency"]
 
 
 def test_failed_requests_show_in_the_error_rate_and_not_in_latencies(db, sims, workdir):
@@ -146,7 +146,7 @@ def test_failed_requests_show_in_the_error_rate_and_not_in_latencies(db, sims, w
     succeeded = [request for request in requests if not request["error"]]
     assert len(failed) >= 2 and len(succeeded) >= 1
     assert level["error_rate"] == pytest.approx(len(failed) / len(requests))
-    assert level["errors"] == len(failed)
+    assert level["failed_requests"] == len(failed)
     # Latencies are the successful requests' only: the broken stream (shorter) and the
     # refused ones (near zero) would pull e2e down.
     assert level["e2e_ms"]["n"] == level["ttft_ms"]["n"] == len(succeeded)

@@ -89,8 +89,8 @@ def level_figures(level: Level, rows: Iterable[Row]) -> dict[str, Any]:
     server_tpots = [1000 / rate for rate in server_rates if rate]
     if server_tpots:
         figures["server_tpot_ms"] = distribution(server_tpots)  # the server's own timings, to check ours against
-    figures["requests"] = len(rows)
-    figures["errors"] = len(rows) - len(succeeded)
+    figures["measured_requests"] = len(rows)
+    figures["failed_requests"] = len(rows) - len(succeeded)
     figures["error_rate"] = (len(rows) - len(succeeded)) / len(rows) if rows else None
     return figures
 
