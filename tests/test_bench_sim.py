@@ -21,7 +21,7 @@ from swaplab.results.runs import get_run, list_runs
 
 TTFT_MS = 100.0
 TOKENS_PER_SECOND = 50.0
-TTFT_SLACK_MS = 10.0
+TTFT_SLACK_MS = 25.0  # p50 over many requests; a 2-core machine runs the sim, the bench and the test
 GAP_TOLERANCE = 0.03
 
 
