@@ -148,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument("--db", help=bench_db_help)
     selftest.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+
+    from swaplab.grill.arguments import add_grill_parser
+    from swaplab.launch.arguments import add_launch_parser
+
+    add_grill_parser(commands)
+    add_launch_parser(commands)
     return parser
 
 
@@ -234,6 +240,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return present.show_command(args.db, args.id, as_json=args.json)
     if args.command == "bench":
         return _bench(args)
+    if args.command == "grill":
+        from swaplab.grill import commands as grill_commands
+
+        return grill_commands.run(args)
+    if args.command == "launch":
+        from swaplab.launch import commands as launch_commands
+
+        return launch_commands.run(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -1,0 +1,1 @@
+"""swaplab launch: TOML recipes that bring up vLLM / SGLang / llama.cpp across nodes, as one gang."""
