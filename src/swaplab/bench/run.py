@@ -12,7 +12,6 @@ import secrets
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from time import perf_counter
 from typing import Any
 
 from swaplab import __version__
@@ -22,7 +21,7 @@ from swaplab.bench.plan import Level, Workload
 from swaplab.bench.runner import closed_loop, open_loop, poisson_offsets
 from swaplab.bench.summary import stored_summary, summarize
 from swaplab.bench.target import Target, describe_target, reach
-from swaplab.client import OpenAIClient, RequestResult
+from swaplab.client import OpenAIClient, RequestResult, WallClock
 from swaplab.errors import SwaplabError
 from swaplab.results.runs import RequestRow, Run, save_run
 
@@ -115,7 +114,7 @@ async def execute(settings: BenchSettings, observer: Observer | None = None) -> 
         payloads = [await _payloads(target, workload, rng) for _ in range(runs)]
         observer.planned(sum(len(batch) for prepared in payloads for batch in prepared.values()))
 
-        clock = _Clock()
+        clock = WallClock()
         rows: list[RequestRow] = []
         for index in range(runs):
             warmup = index < settings.warmup
@@ -232,18 +231,7 @@ async def _send_level(
     return await closed_loop(client, target.path, payloads, level.concurrency or 1, on_done=observer.request_done)
 
 
-class _Clock:
-    """perf_counter seconds to unix seconds, anchored once per run (rows are stored in unix time)."""
-
-    def __init__(self) -> None:
-        self.wall = time.time()
-        self.monotonic = perf_counter()
-
-    def unix(self, moment: float | None) -> float | None:
-        return None if moment is None else self.wall + (moment - self.monotonic)
-
-
-def _row(result: RequestResult, clock: _Clock, *, rep: int, level: str, seq: int, warmup: bool) -> RequestRow:
+def _row(result: RequestResult, clock: WallClock, *, rep: int, level: str, seq: int, warmup: bool) -> RequestRow:
     data: dict[str, Any] = {"itl_ms": [round(gap, ITL_DECIMALS) for gap in result.itl_ms]}
     if result.server_tokens_per_second is not None:
         data["server_tokens_per_second"] = result.server_tokens_per_second

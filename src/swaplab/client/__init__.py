@@ -6,7 +6,7 @@ from swaplab.client.errors import (
     TokenizeUnavailableError,
 )
 from swaplab.client.http import OpenAIClient, base_url_of
-from swaplab.client.result import RequestResult
+from swaplab.client.result import RequestResult, WallClock
 from swaplab.client.server import ServerInfo
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "ServerInfo",
     "ServerUnreachableError",
     "TokenizeUnavailableError",
+    "WallClock",
     "base_url_of",
 ]

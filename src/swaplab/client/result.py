@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from itertools import pairwise
+from time import perf_counter
 from typing import Any
 
 
@@ -73,3 +75,14 @@ class RequestResult:
         """The server's own decode rate (llama.cpp `timings.predicted_per_second`), when it reports one."""
         rate = (self.timings or {}).get("predicted_per_second")
         return float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
+
+
+class WallClock:
+    """perf_counter seconds to unix seconds, anchored once per run (stored rows are in unix time)."""
+
+    def __init__(self) -> None:
+        self.wall = time.time()
+        self.monotonic = perf_counter()
+
+    def unix(self, moment: float | None) -> float | None:
+        return None if moment is None else self.wall + (moment - self.monotonic)

@@ -1,0 +1,311 @@
+"""One grill run from start to stored result: reach the model, ask every task of every
+suite once per repetition, keep each transcript, summarise, save in one transaction.
+
+Nothing is written to the store until the run is over: an unreachable server, an unknown
+model, an unknown task name or an interrupted run leave it as it was. Transcripts are
+files (a needle prompt alone can be a whole context), one per task attempt, in a folder
+the summary's `log` names.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swaplab.client import OpenAIClient, WallClock
+from swaplab.client.server import ServerInfo
+from swaplab.errors import SwaplabError
+from swaplab.grill.outcome import ERROR, Sampling, TaskOutcome
+from swaplab.grill.summary import summarize
+from swaplab.results.runs import RequestRow, Run, save_run
+from swaplab.results.store import default_path
+
+GRILL_KIND = "grill"
+DEFAULT_TEMPERATURE = 0.2
+DEFAULT_NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
+FIRST_NEEDLE_LENGTH = 1024
+NEEDLE_LENGTH_STEP = 4  # 1k, 4k, 16k, 64k, 256k: one cell per step up to the context
+
+
+@dataclass
+class GrillSettings:
+    """Everything a `swaplab grill run` is told."""
+
+    url: str
+    model: str | None = None
+    suites: list[str] = field(default_factory=lambda: ["code", "agent", "needle"])
+    reps: int = 3
+    temperature: float | None = None  # None: the model's metadata, else DEFAULT_TEMPERATURE
+    max_tokens: int = 2048
+    tasks: list[str] = field(default_factory=list)  # only these (empty: all)
+    needle_lengths: list[int] = field(default_factory=list)
+    needle_depths: list[float] = field(default_factory=lambda: list(DEFAULT_NEEDLE_DEPTHS))
+    transcripts: str | None = None
+    api_key: str | None = None
+    db: str | None = None
+
+    def parameters(self) -> dict[str, Any]:
+        """The settings recorded with the run (no credentials, no paths of this machine)."""
+        recorded = asdict(self)
+        for name in ("api_key", "db", "url", "model", "transcripts"):
+            recorded.pop(name)
+        return recorded
+
+
+class Observer:
+    """What a run tells whoever watches it (the CLI's progress bar); every method may be left as is."""
+
+    def planned(self, total: int) -> None: ...
+
+    def phase(self, description: str) -> None: ...
+
+    def task_started(self, rep: int, suite: str, task: str) -> None: ...
+
+    def task_done(self, rep: int, outcome: TaskOutcome) -> None: ...
+
+
+@dataclass
+class GrillOutcome:
+    run: Run
+    run_id: int
+    summary: dict[str, Any]
+    outcomes: list[tuple[int, TaskOutcome]]
+    transcripts: Path
+    notes: list[str]  # what the run left out and why (needle lengths beyond the context, ...)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One task of a suite, ready to ask: `ask(client, model, sampling)` grades one attempt."""
+
+    suite: str
+    round: str
+    task: str
+    ask: Callable[[OpenAIClient, str, Sampling], Awaitable[TaskOutcome]]
+
+
+def suite_jobs(suites: list[str], only: list[str]) -> list[Job]:
+    """The tasks of the chosen suites (needle apart: it is a grid, asked in one go), in suite order."""
+    jobs: list[Job] = []
+    if "code" in suites:
+        from swaplab.grill.code import ask_code, code_tasks
+
+        jobs += [Job("code", task.round, task.name, _bound(ask_code, task)) for task in code_tasks()]
+    if "agent" in suites:
+        from swaplab.grill.agent import agent_tasks, run_agent
+
+        jobs += [Job("agent", task.round, task.name, _bound(run_agent, task)) for task in agent_tasks()]
+    if "humaneval" in suites:
+        from swaplab.grill.humaneval import ask_humaneval, humaneval_tasks
+
+        jobs += [Job("humaneval", task.round, task.name, _bound(ask_humaneval, task)) for task in humaneval_tasks()]
+    if only:
+        known = {job.task for job in jobs}
+        unknown = [name for name in only if name not in known]
+        if unknown:
+            raise SwaplabError(
+                f"no task named {', '.join(unknown)} in the suites {', '.join(suites)} "
+                "(`swaplab grill selfcheck` lists every task)"
+            )
+        jobs = [job for job in jobs if job.task in only]
+    return jobs
+
+
+def _bound(ask: Callable[..., Awaitable[TaskOutcome]], task: Any) -> Callable[[OpenAIClient, str, Sampling], Awaitable[TaskOutcome]]:
+    async def bound(client: OpenAIClient, model: str, sampling: Sampling) -> TaskOutcome:
+        return await ask(client, model, task, sampling)
+
+    return bound
+
+
+def needle_lengths(context_tokens: int | None, answer_budget: int) -> list[int]:
+    """1k, 4k, 16k, ... as long as a prompt of that length and its answer fit the context."""
+    if context_tokens is None:
+        return [FIRST_NEEDLE_LENGTH]
+    lengths = []
+    length = FIRST_NEEDLE_LENGTH
+    while length + answer_budget <= context_tokens:
+        lengths.append(length)
+        length *= NEEDLE_LENGTH_STEP
+    return lengths
+
+
+async def execute(settings: GrillSettings, observer: Observer | None = None) -> GrillOutcome:
+    """Run the suites against the model and store the run; raises SwaplabError for what a user can fix."""
+    observer = observer or Observer()
+    _check(settings)
+    jobs = suite_jobs(settings.suites, settings.tasks)
+    run_needle_suite = "needle" in settings.suites and not settings.tasks
+    if not jobs and not run_needle_suite:
+        raise SwaplabError("nothing to run: no task left after --suite and --tasks")
+    started_at = time.time()
+    clock = WallClock()
+    notes: list[str] = []
+    outcomes: list[tuple[int, TaskOutcome]] = []
+    async with OpenAIClient(settings.url, api_key=settings.api_key) as client:
+        observer.phase("reaching the model")
+        info = await client.server_info(settings.model)
+        temperature = settings.temperature
+        if temperature is None:
+            temperature = await metadata_temperature(client, info)
+        sampling = Sampling(temperature=temperature, max_tokens=settings.max_tokens)
+        lengths = settings.needle_lengths or needle_lengths(info.context_tokens, settings.max_tokens)
+        if run_needle_suite and not lengths:
+            notes.append(
+                f"needle left out: {info.model}'s context of {info.context_tokens} tokens has no room for a "
+                f"{FIRST_NEEDLE_LENGTH}-token haystack and a {settings.max_tokens}-token answer; "
+                "lower --max-tokens or pass --needle-lengths"
+            )
+        needle_cells = len(lengths) * len(settings.needle_depths) if run_needle_suite else 0
+        observer.planned((len(jobs) + needle_cells) * settings.reps)
+
+        for rep in range(1, settings.reps + 1):
+            for job in jobs:
+                observer.task_started(rep, job.suite, job.task)
+                outcome = await job.ask(client, info.model, sampling)
+                outcomes.append((rep, outcome))
+                observer.task_done(rep, outcome)
+            if run_needle_suite and lengths:
+                from swaplab.grill.needle import run_needle
+
+                observer.task_started(rep, "needle", f"{needle_cells} cells")
+                for outcome in await run_needle(
+                    client, info.model, sampling, depths=settings.needle_depths, lengths=lengths
+                ):
+                    outcomes.append((rep, outcome))
+                    observer.task_done(rep, outcome)
+    ended_at = time.time()
+
+    transcripts = transcript_folder(settings, info, started_at)
+    rows = [
+        _row(rep, seq, outcome, write_transcript(transcripts, rep, outcome), clock)
+        for seq, (rep, outcome) in enumerate(outcomes)
+    ]
+    summary = summarize(outcomes, suites=settings.suites, reps=settings.reps, log=str(transcripts))
+    summary["temperature"] = sampling.temperature
+    summary["max_tokens"] = sampling.max_tokens
+    summary["isolation"] = _isolation(settings.suites)
+    if notes:
+        summary["notes"] = notes
+    everything_failed = bool(outcomes) and all(outcome.status == ERROR for _, outcome in outcomes)
+    run = Run(
+        kind=GRILL_KIND,
+        target_url=settings.url,
+        model=info.model,
+        alias=info.model_id if info.model_id != info.model else None,
+        backend_kind=info.backend_kind,
+        backend_version=info.backend_version,
+        config_hash=info.config_hash,
+        parameters={**settings.parameters(), "temperature": sampling.temperature},
+        started_at=started_at,
+        ended_at=ended_at,
+        summary=summary,
+        status="failed" if everything_failed else "completed",
+    )
+    run_id = save_run(settings.db, run, rows)
+    return GrillOutcome(run, run_id, summary, outcomes, transcripts, notes)
+
+
+def _check(settings: GrillSettings) -> None:
+    if settings.reps < 1:
+        raise SwaplabError(f"--reps must be at least 1, got {settings.reps}")
+    if settings.max_tokens < 1:
+        raise SwaplabError(f"--max-tokens must be at least 1, got {settings.max_tokens}")
+    if settings.temperature is not None and not (0 <= settings.temperature <= 2):
+        raise SwaplabError(f"--temperature must be between 0 and 2, got {settings.temperature}")
+    if any(not 0 <= depth <= 1 for depth in settings.needle_depths):
+        raise SwaplabError("--needle-depths are fractions of the haystack, between 0 and 1")
+    if any(length < 1 for length in settings.needle_lengths):
+        raise SwaplabError("--needle-lengths must be positive token counts")
+
+
+async def metadata_temperature(client: OpenAIClient, info: ServerInfo) -> float:
+    """The model's own sampling temperature from its config `metadata` (a router's /v1/models `meta`), else 0.2.
+
+    The seed's model card wanted 0.7 for tool calling: the config is where such a choice lives.
+    """
+    status, document = await client.get_json("/v1/models")
+    entries = document.get("data") if status == 200 and isinstance(document, dict) else None
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("id") in (info.model_id, info.model):
+            meta = entry.get("meta")
+            value = meta.get("temperature") if isinstance(meta, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+                return float(value)
+    return DEFAULT_TEMPERATURE
+
+
+def transcript_folder(settings: GrillSettings, info: ServerInfo, started_at: float) -> Path:
+    """`--transcripts`, else `grill/<time>-<model>/` next to the database."""
+    if settings.transcripts:
+        base = Path(settings.transcripts).expanduser()
+    else:
+        base = Path(settings.db or default_path()).expanduser().resolve().parent / "grill"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started_at))
+    folder = base / f"{stamp}-{_safe(info.model)}"
+    suffix = 1
+    while folder.exists():
+        suffix += 1
+        folder = base / f"{stamp}-{_safe(info.model)}-{suffix}"
+    return folder.resolve()
+
+
+def write_transcript(folder: Path, rep: int, outcome: TaskOutcome) -> str:
+    """One JSON file per task attempt; returns its path relative to the run's folder."""
+    relative = Path(f"rep{rep}") / f"{_safe(outcome.round)}-{_safe(outcome.task)}.json"
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "suite": outcome.suite, "round": outcome.round, "task": outcome.task, "rep": rep,
+        "status": outcome.status, "detail": outcome.detail, "steps": outcome.steps,
+        "output_tokens": outcome.output_tokens, "wall_seconds": round(outcome.wall_seconds, 3),
+        "extra": outcome.extra, "transcript": outcome.transcript,
+    }
+    path.write_text(json.dumps(document, indent=1, default=str) + "\n")
+    return relative.as_posix()
+
+
+def _row(rep: int, seq: int, outcome: TaskOutcome, transcript: str, clock: WallClock) -> RequestRow:
+    requests = outcome.requests
+    first, last = (requests[0], requests[-1]) if requests else (None, None)
+    prompt_tokens = [result.prompt_tokens for result in requests if result.prompt_tokens is not None]
+    reasoning_tokens = [result.reasoning_tokens for result in requests if result.reasoning_tokens is not None]
+    data = {
+        "suite": outcome.suite, "round": outcome.round, "status": outcome.status, "detail": outcome.detail,
+        "steps": outcome.steps, "wall_seconds": round(outcome.wall_seconds, 3), "requests": len(requests),
+        "transcript": transcript, **({"extra": outcome.extra} if outcome.extra else {}),
+    }
+    return RequestRow(
+        rep=rep,
+        level=outcome.task,
+        seq=seq,
+        sent_at=clock.unix(first.sent_at) if first else None,
+        first_token_at=clock.unix(first.first_token_at) if first else None,
+        end_at=clock.unix(last.end_at) if last and last.end_at else None,
+        ttft_ms=first.ttft_ms if first else None,
+        e2e_ms=outcome.wall_seconds * 1000,
+        prompt_tokens=sum(prompt_tokens) if prompt_tokens else None,
+        completion_tokens=outcome.output_tokens,
+        reasoning_tokens=sum(reasoning_tokens) if reasoning_tokens else None,
+        finish_reason=last.finish_reason if last else None,
+        error=outcome.detail or "request failed" if outcome.status == ERROR else None,
+        data=data,
+    )
+
+
+def _isolation(suites: list[str]) -> str | None:
+    if not {"code", "agent", "humaneval"} & set(suites):
+        return None
+    from swaplab.grill.sandbox import isolation
+
+    return isolation()
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "model"
