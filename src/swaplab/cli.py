@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit abruptly after emitting this many tokens in total (0 = never)",
     )
     sim.add_argument("--default-max-tokens", type=int, default=16, help="output length when a request sets none")
+    sim.add_argument("--script", metavar="FILE", help="scripted chat answers (YAML or JSON; see docs/sim.md)")
 
     activity = commands.add_parser("activity", help="print the requests the router proxied most recently")
     activity.add_argument("--model", help="only this model (id or the name the client sent)")
@@ -213,6 +214,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return build_command(args.config, args.out, notes=args.notes, db=args.db)
     if args.command == "sim":
+        from swaplab.sim.script import load_script
         from swaplab.sim.server import SimSettings, run
 
         return run(
@@ -226,6 +228,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 health_before_ready=args.health_before_ready,
                 crash_after_tokens=args.crash_after_tokens,
                 default_max_tokens=args.default_max_tokens,
+                script=load_script(args.script) if args.script else None,
             )
         )
     if args.command == "activity":

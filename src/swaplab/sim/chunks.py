@@ -7,9 +7,11 @@ formatting, not a json.dumps: the sim sits in the hot path of the router benchma
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from swaplab.sim.plan import TOKEN_PREFIX, Plan, answer_text
+from swaplab.sim.script import ScriptedReply
 
 DONE = b"data: [DONE]\n\n"
 
@@ -46,6 +48,23 @@ class StreamEncoder:
         """The event carrying output token `index`."""
         return b"%b%d%b" % (self._token_prefix, index, self._token_suffix)
 
+    def scripted(self, reply: ScriptedReply, request_id: str) -> list[bytes]:
+        """The token-bearing events of a scripted reply, one word each: reasoning, content, tool calls."""
+        events = [{"reasoning_content": piece} for piece in word_pieces(reply.reasoning)]
+        events += [{"content": piece} for piece in word_pieces(reply.content)]
+        for index, call in enumerate(tool_calls_of(reply, request_id)):
+            # As OpenAI streams a call: id, type and name first, then the arguments' JSON text in fragments.
+            head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+            events.append({"tool_calls": [{"index": index, **head}]})
+            events += [
+                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                for piece in word_pieces(call["function"]["arguments"])
+            ]
+        return [
+            self._head + b'"delta":%b,"logprobs":null,"finish_reason":null}]}\n\n' % json.dumps(delta, separators=(",", ":")).encode()
+            for delta in events
+        ]
+
     def closing(self) -> bytes:
         """The finish_reason event, the usage event when asked for, and [DONE]."""
         plan = self._plan
@@ -71,19 +90,50 @@ def usage_of(plan: Plan) -> dict[str, int]:
     }
 
 
+def word_pieces(text: str) -> list[str]:
+    """`text` cut before each word, whitespace kept, so the pieces join back to it exactly."""
+    pieces = re.findall(r"\s*\S+", text)
+    if not pieces:
+        return [text] if text else []
+    pieces[-1] += text[sum(map(len, pieces)) :]  # trailing whitespace rides on the last word
+    return pieces
+
+
+def tool_calls_of(reply: ScriptedReply, request_id: str) -> list[dict[str, Any]]:
+    """A scripted reply's calls as a message's `tool_calls`; ids the script leaves out come from the request's."""
+    stem = request_id.removeprefix("chatcmpl-")
+    return [
+        {"id": call.id or f"call_{stem}_{index}", "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for index, call in enumerate(reply.tool_calls)
+    ]
+
+
+def scripted_message(reply: ScriptedReply, request_id: str) -> dict[str, Any]:
+    """A scripted reply as a non-streamed chat message (content null when it only calls tools, as OpenAI's)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or (None if reply.tool_calls else "")}
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning
+    if reply.tool_calls:
+        message["tool_calls"] = tool_calls_of(reply, request_id)
+    return message
+
+
 def whole_answer(plan: Plan, request_id: str, created: int) -> dict[str, Any]:
     """The non-streaming response body."""
-    text = answer_text(plan.completion_tokens)
     if plan.kind == "chat":
+        if plan.reply is not None:
+            message = scripted_message(plan.reply, request_id)
+        else:
+            message = {"role": "assistant", "content": answer_text(plan.completion_tokens)}
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": None,
             "finish_reason": plan.finish_reason,
         }
         object_name = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": plan.finish_reason}
+        choice = {"index": 0, "text": answer_text(plan.completion_tokens), "logprobs": None, "finish_reason": plan.finish_reason}
         object_name = "text_completion"
     return {
         "id": request_id,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from swaplab.sim.script import Script, ScriptedReply
 
 Kind = Literal["chat", "completion"]
 
@@ -23,8 +26,10 @@ class Plan:
     prompt_tokens: int
     completion_tokens: int
     # "length" when the request's own limit cut the answer, "stop" when the answer
-    # ended at --default-max-tokens, as a model reaching its end-of-sequence would.
-    finish_reason: Literal["length", "stop"]
+    # ended at --default-max-tokens, as a model reaching its end-of-sequence would;
+    # a scripted reply's own ("tool_calls", or "length" for a truncated thought).
+    finish_reason: str
+    reply: ScriptedReply | None = None  # the script's answer; None: the usual " tok0 tok1 ..."
 
 
 def count_words(text: str) -> int:
@@ -46,8 +51,13 @@ def answer_text(count: int) -> str:
     return "".join(token_text(index) for index in range(count))
 
 
-def plan_request(kind: Kind, body: Any, *, default_model: str, default_max_tokens: int) -> Plan:
-    """Read a chat or completions request body; raises BadRequest on a malformed one."""
+def plan_request(
+    kind: Kind, body: Any, *, default_model: str, default_max_tokens: int, script: Script | None = None
+) -> Plan:
+    """Read a chat or completions request body; raises BadRequest on a malformed one.
+
+    With a `script`, a chat request it has a reply for gets that reply, whatever its limit.
+    """
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     if kind == "chat":
@@ -67,6 +77,9 @@ def plan_request(kind: Kind, body: Any, *, default_model: str, default_max_token
         completion_tokens, finish_reason = default_max_tokens, "stop"
     else:
         completion_tokens, finish_reason = limit, "length"
+    reply = script.reply_for(body["messages"]) if script is not None and kind == "chat" else None
+    if reply is not None:
+        completion_tokens, finish_reason = reply.completion_tokens, reply.finish_reason
 
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -86,6 +99,7 @@ def plan_request(kind: Kind, body: Any, *, default_model: str, default_max_token
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         finish_reason=finish_reason,
+        reply=reply,
     )
 
 

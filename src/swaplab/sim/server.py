@@ -17,6 +17,7 @@ from aiohttp import web
 from swaplab.errors import SwaplabError
 from swaplab.sim.chunks import StreamEncoder, error_body, whole_answer
 from swaplab.sim.plan import BadRequest, Kind, Plan, plan_request
+from swaplab.sim.script import Script
 
 # Request bodies can be long prompts; the router forwards at least 64 MiB.
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -42,6 +43,7 @@ class SimSettings:
     health_before_ready: bool = False
     crash_after_tokens: int = 0  # 0: never
     default_max_tokens: int = 16
+    script: Script | None = None  # scripted chat answers (`--script FILE`, loaded by swaplab.sim.script)
 
     def __post_init__(self) -> None:
         for name in ("ttft_ms", "tokens_per_second", "load_seconds", "crash_after_tokens", "default_max_tokens"):
@@ -106,7 +108,11 @@ class Sim:
         try:
             body = await request.json()
             plan = plan_request(
-                kind, body, default_model=self.settings.model, default_max_tokens=self.settings.default_max_tokens
+                kind,
+                body,
+                default_model=self.settings.model,
+                default_max_tokens=self.settings.default_max_tokens,
+                script=self.settings.script,
             )
         except ValueError as error:  # json.JSONDecodeError is a ValueError
             return _error(400, f"invalid JSON body: {error}", "invalid_request_error")
@@ -148,13 +154,13 @@ class Sim:
     ) -> None:
         encoder = StreamEncoder(plan, request_id, created)
         opening = encoder.opening()  # goes out with the first token: it is part of TTFT
-        count = plan.completion_tokens
+        # A scripted reply's events are built up front (one per word); the usual answer's on the fly.
+        scripted = encoder.scripted(plan.reply, request_id) if plan.reply is not None else None
+        count = len(scripted) if scripted is not None else plan.completion_tokens
         for index in range(count):
             await self._pace(started, index)
-            if index:
-                await response.write(encoder.token(index))
-            else:
-                await response.write(opening + encoder.token(0))
+            event = scripted[index] if scripted is not None else encoder.token(index)
+            await response.write(event if index else opening + event)
             self._count_token()
         closing = encoder.closing()
         if count == 0:

@@ -1,0 +1,10 @@
+def deep_merge(base: dict, override: dict) -> dict:
+    """Return base updated with override; nested dicts are merged key by key."""
+    # Near miss: a shallow copy; untouched nested values stay shared with base and override.
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = deep_merge(result[key], value)
+        else:
+            result[key] = value
+    return result

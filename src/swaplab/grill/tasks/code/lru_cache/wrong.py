@@ -1,0 +1,28 @@
+from collections import OrderedDict
+
+
+class LRUCache:
+    # Near miss: reading a key does not count as a use, so eviction is first-in, first-out.
+    def __init__(self, capacity: int):
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self.evictions = 0
+        self._entries = OrderedDict()
+
+    def get(self, key, default=None):
+        return self._entries.get(key, default)
+
+    def put(self, key, value) -> None:
+        if key in self._entries:
+            self._entries.move_to_end(key)
+        elif len(self._entries) >= self.capacity:
+            self._entries.popitem(last=False)
+            self.evictions += 1
+        self._entries[key] = value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key) -> bool:
+        return key in self._entries
