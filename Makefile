@@ -24,14 +24,25 @@ install: $(INSTALLED)
 
 # The browser test drives Debian's Chromium through Playwright. Playwright's own browser
 # download (`playwright install`) cannot work offline, so it is never run.
+# The launcher tests start Debian's OpenSSH server (sshd) on a loopback port and reach it
+# with the ssh client. The grill's sandbox runs candidate code as an unprivileged uid, which
+# needs a Python it can execute: Debian's python3 (a venv under /root is out of its reach).
+# Each binary is checked on its own: one present must not skip the other.
+SYSTEM_PACKAGES := /usr/bin/chromium:chromium /usr/sbin/sshd:openssh-server /usr/bin/ssh:openssh-client \
+	/usr/bin/python3:python3
+
 system-deps:
-	@if [ -x /usr/bin/chromium ]; then :; \
+	@missing=""; \
+	for entry in $(SYSTEM_PACKAGES); do \
+		[ -x "$${entry%%:*}" ] || missing="$$missing $${entry#*:}"; \
+	done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "make system-deps: installing Debian's chromium for the browser test"; \
-		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+		echo "make system-deps: installing Debian's$$missing for the browser, launcher and grill tests"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	else \
-		echo "make system-deps: /usr/bin/chromium is missing and this is not a root Debian shell;" >&2; \
-		echo "  run 'sudo apt-get install -y chromium', or the browser test is skipped (and fails in CI)" >&2; \
+		echo "make system-deps: missing Debian packages:$$missing, and this is not a root Debian shell;" >&2; \
+		echo "  run 'sudo apt-get install -y$$missing', or the tests that need them are skipped or fail" >&2; \
 	fi
 
 $(PY):

@@ -1,0 +1,343 @@
+"""What `up` runs on each node, step by step, as exact argv: a pure function of recipe and cluster.
+
+Every step's argv is what runs on its node (through ssh, each word quoted, after a leading
+`~/` is replaced with that node's home: see `expand_home`). Recipe data never reaches a
+shell: where a step needs one (none does today beyond fixed scripts), the data would follow
+the script as positional arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+from swaplab.errors import SwaplabError
+from swaplab.launch.cluster import Cluster, Host
+from swaplab.launch.engines import Gang, engine_module
+from swaplab.launch.recipe import Mount, Recipe
+
+STEP_KINDS = ("local", "prepare", "rank", "check")
+DEFAULT_HF_HOME = "/root/.cache/huggingface"
+"""Where the cluster's hf_cache_dir is mounted when the recipe mounts no HF_HOME itself."""
+
+DOWNLOAD_SCRIPT = (
+    "import sys\n"
+    "from huggingface_hub import snapshot_download\n"
+    "for repo in sys.argv[1:]:\n"
+    "    print(snapshot_download(repo), flush=True)\n"
+)
+"""Run in the recipe's image on each node; the repos arrive as arguments, never as code."""
+
+VERIFY_SCRIPT = """\
+import hashlib, os, sys
+source, mirror = sys.argv[1], sys.argv[2]
+faults, files, size = [], 0, 0
+for name in sorted(os.listdir(os.path.join(source, "blobs"))):
+    if name.endswith(".incomplete"):
+        continue
+    expected = os.path.getsize(os.path.join(source, "blobs", name))
+    copy = os.path.join(mirror, "blobs", name)
+    if not os.path.isfile(copy) or os.path.getsize(copy) != expected:
+        faults.append(f"{name}: missing or not {expected} bytes")
+        continue
+    # Hub blobs are named by their hash: sha256 for LFS files, git's blob sha1 otherwise.
+    digest = hashlib.sha256() if len(name) == 64 else hashlib.sha1(b"blob %d\\0" % expected)
+    with open(copy, "rb") as blob:
+        while chunk := blob.read(1 << 24):
+            digest.update(chunk)
+    if digest.hexdigest() != name:
+        faults.append(f"{name}: content does not match its hash")
+    files, size = files + 1, size + expected
+for line in faults:
+    print("mirror fault:", line, file=sys.stderr)
+print(f"verified {files} files, {size} bytes in {mirror}")
+sys.exit(1 if faults or not files else 0)
+"""
+"""Checks a mirrored hub repo on its node: every blob of the source present with its size,
+and its content matching the hash it is named by (no second read of the source needed)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command on one node (or, for kind "local", on the launching machine)."""
+
+    name: str
+    argv: tuple[str, ...]
+    kind: str
+    """"local" (on the launching machine, once), "prepare" (must exit 0 before the ranks),
+    "rank" (a long-running rank process) or "check" (a probe, informational)."""
+    stdin_from: tuple[str, ...] = ()
+    """A local argv whose output is this step's input (`docker save IMAGE | ssh node docker load`)."""
+    skip_if: tuple[str, ...] = ()
+    """An argv run on the node first: exit 0 means the step's work is already done."""
+    skip_if_same: tuple[str, ...] = ()
+    """An argv run locally and on the node: the same non-empty output means the step is done
+    (the node already has the image with the local image's id)."""
+    wait_for_port: int | None = None
+    """For a rank step: the next rank step in start order waits until the node's fabric_ip
+    accepts connections on this port (Ray's GCS, a llama.cpp rpc-server)."""
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """The steps of one node, in order, and the environment its rank process gets."""
+
+    host: Host
+    rank: int
+    steps: tuple[Step, ...]
+    env: Mapping[str, str]
+    """For engine "process", the environment to run the rank with; for container engines
+    the same variables are already `-e` flags in the docker run argv (shown for reference)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything `up` would do for a recipe on a cluster."""
+
+    recipe: Recipe
+    cluster: Cluster
+    run_id: str
+    nodes: tuple[NodePlan, ...]
+    head_url: str
+    """http://<head fabric_ip>:<port>"""
+    labels: Mapping[str, str]
+    """swaplab.run, swaplab.recipe, swaplab.recipe-hash (each container adds swaplab.rank)."""
+    start_order: tuple[tuple[int, str], ...] = ()
+    """The rank steps as (rank, step name), in the order the engine needs them started."""
+
+    def rank_steps(self) -> tuple[tuple[NodePlan, Step], ...]:
+        """The long-running steps in start order, each with its node."""
+        by_rank = {node.rank: node for node in self.nodes}
+        return tuple(
+            (by_rank[rank], next(step for step in by_rank[rank].steps if step.name == name))
+            for rank, name in self.start_order
+        )
+
+
+def default_run_id(recipe: Recipe, cluster: Cluster) -> str:
+    """The run id of a recipe on a cluster: the recipe's slug and a hash of its values and the
+    cluster's name. Deterministic, so `plan` shows what `up` runs and golden files stay put."""
+    suffix = hashlib.sha256(f"{recipe.digest()}\n{cluster.name}".encode()).hexdigest()[:8]
+    return f"{recipe.slug}-{suffix}"
+
+
+def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
+    """The plan of `recipe` on `cluster` (pure: reads nothing, runs nothing).
+
+    Raises SwaplabError when the cluster cannot carry the recipe (too few hosts, or a
+    loopback fabric_ip for an engine whose ranks meet over a real fabric).
+    """
+    engine = engine_module(recipe.engine)
+    if len(cluster.hosts) < recipe.required_nodes:
+        raise SwaplabError(
+            f"recipe {recipe.path} needs {recipe.required_nodes} nodes; cluster {cluster.name!r} has "
+            f"{len(cluster.hosts)}: add hosts to it or lower required_nodes"
+        )
+    hosts = cluster.hosts[: recipe.required_nodes]
+    if engine.USES_DOCKER:
+        for host in hosts:
+            if host.is_loopback:
+                raise SwaplabError(
+                    f"host {host.name} of cluster {cluster.name!r} has the loopback fabric_ip {host.fabric_ip}: "
+                    f"{recipe.engine} ranks on different nodes meet there; set its fabric address "
+                    "(loopback is for engine = \"process\" only)"
+                )
+    labels = MappingProxyType({
+        "swaplab.run": run_id,
+        "swaplab.recipe": recipe.slug,
+        "swaplab.recipe-hash": recipe.digest(),
+    })
+    mounts = _mounts(recipe, cluster, hub_home=engine.MODEL_IS_HUB_REPO) if engine.USES_DOCKER else ()
+    hub = next((mount for mount in mounts if mount.env == "HF_HOME"), None)
+    models = recipe.hub_models if engine.MODEL_IS_HUB_REPO else ()
+    mirroring = bool(cluster.local_cache_dir and hub and models)
+    rank_mounts = tuple(
+        replace(mount, host=cluster.local_cache_dir) if mirroring and mount is hub else mount for mount in mounts
+    )
+    gang = Gang(
+        recipe=recipe,
+        cluster=cluster,
+        hosts=hosts,
+        run_id=run_id,
+        labels=labels,
+        mounts=rank_mounts,
+        base_env=MappingProxyType({
+            **{mount.env: mount.container for mount in mounts if mount.env},
+            **recipe.env,
+            **cluster.nccl,
+        }),
+        engine=engine,
+    )
+    ordered = tuple(engine.rank_steps(gang))
+    nodes = []
+    for rank, host in enumerate(hosts):
+        steps: list[Step] = []
+        if engine.USES_DOCKER:
+            steps += _image_steps(recipe, host, head=rank == 0)
+            if hub is not None and models and not recipe.offline:
+                steps.append(_download_step(recipe, hub, models))
+            if mirroring:
+                steps += _mirror_steps(models, hub.host, cluster.local_cache_dir)
+        if recipe.drop_caches:
+            steps += _drop_caches_steps()
+        steps += [step for step_rank, step in ordered if step_rank == rank]
+        nodes.append(NodePlan(host=host, rank=rank, steps=tuple(steps), env=MappingProxyType(gang.env(rank))))
+    head = hosts[0].fabric_ip
+    return Plan(
+        recipe=recipe,
+        cluster=cluster,
+        run_id=run_id,
+        nodes=tuple(nodes),
+        head_url=f"http://{f'[{head}]' if ':' in head else head}:{recipe.port}",
+        labels=labels,
+        start_order=tuple((rank, step.name) for rank, step in ordered),
+    )
+
+
+def _mounts(recipe: Recipe, cluster: Cluster, *, hub_home: bool) -> tuple[Mount, ...]:
+    """The recipe's mounts, plus (for engines that load hub repos) the cluster's hf_cache_dir
+    as HF_HOME when the recipe mounts none."""
+    mounts = recipe.extra_mounts
+    if hub_home and cluster.hf_cache_dir and not any(mount.env == "HF_HOME" for mount in mounts):
+        mounts += (Mount(host=cluster.hf_cache_dir, container=DEFAULT_HF_HOME, env="HF_HOME"),)
+    return mounts
+
+
+def _image_steps(recipe: Recipe, host: Host, *, head: bool) -> list[Step]:
+    image = recipe.docker_image or ""
+    image_id = ("docker", "image", "inspect", "--format", "{{.Id}}", image)
+    if recipe.docker_image_dir is None:
+        return [Step("pull-image", ("docker", "pull", image), "prepare", skip_if=image_id)]
+    steps = []
+    if head:
+        # Built once, on the launching machine; every node then loads it unless it has that id.
+        steps.append(Step("build-image", ("docker", "build", "--tag", image, str(recipe.docker_image_dir)), "local"))
+    steps.append(Step(
+        "distribute-image", ("docker", "load"), "prepare",
+        stdin_from=("docker", "save", image), skip_if_same=image_id,
+    ))
+    return steps
+
+
+def _download_step(recipe: Recipe, hub: Mount, models: tuple[str, ...]) -> Step:
+    """Fetch the models into the hub, in the recipe's image (which has huggingface_hub)."""
+    argv = ["docker", "run", "--rm", "--network", "host", "-e", f"HF_HOME={hub.container}"]
+    for key, value in recipe.env.items():
+        argv += ["-e", f"{key}={value}"]
+    argv += ["-v", f"{hub.host}:{hub.container}", "--entrypoint", "python3", recipe.docker_image or ""]
+    argv += ["-c", DOWNLOAD_SCRIPT, *models]
+    return Step("download-models", tuple(argv), "prepare")
+
+
+def hub_folder(root: str, repo: str) -> str:
+    """Where a Hugging Face cache rooted at `root` (an HF_HOME) keeps `repo`."""
+    return f"{root}/hub/models--{repo.replace('/', '--')}"
+
+
+def _mirror_steps(models: tuple[str, ...], source_root: str, mirror_root: str) -> list[Step]:
+    steps = []
+    for repo in models:
+        source, mirror = hub_folder(source_root, repo), hub_folder(mirror_root, repo)
+        steps.append(Step(f"mirror {repo}", ("rsync", "--archive", "--delete", "--mkpath", f"{source}/", f"{mirror}/"), "prepare"))
+        steps.append(Step(f"verify {repo}", ("python3", "-c", VERIFY_SCRIPT, source, mirror), "prepare"))
+    return steps
+
+
+def _drop_caches_steps() -> list[Step]:
+    # The seed's lesson: weights streamed into a full page cache OOM a unified-memory box.
+    return [
+        Step("sync", ("sync",), "prepare"),
+        Step("drop-caches", ("sudo", "-n", "sysctl", "-w", "vm.drop_caches=3"), "prepare"),
+    ]
+
+
+def expand_home(argv: Sequence[str], home: str) -> tuple[str, ...]:
+    """`argv` with a leading `~` or `~/` of each word replaced by `home` (a node's $HOME),
+    as a shell would do at the start of a word: what `up` does before quoting for ssh."""
+    home = home.rstrip("/")
+    return tuple(
+        home + word[1:] if word == "~" or word.startswith("~/") else word
+        for word in argv
+    )
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """`{"nodes": [{"host", "rank", "steps": [{"name", "argv"}]}]}`: what `plan --json` prints."""
+    return {
+        "nodes": [
+            {
+                "host": node.host.name,
+                "rank": node.rank,
+                "steps": [{"name": step.name, "argv": list(step.argv)} for step in node.steps],
+            }
+            for node in plan.nodes
+        ]
+    }
+
+
+def plan_text(plan: Plan) -> str:
+    """The plan for a reader: per node, each step and its exact command, shell-quoted."""
+    recipe = plan.recipe
+    backend = f" ({recipe.distributed_backend})" if recipe.engine == "vllm" else ""
+    lines = [
+        f"recipe   {recipe.path}",
+        (f"engine   {recipe.engine}{backend}, {len(plan.nodes)} node(s), TP {recipe.tensor_parallel_size}, "
+        f"PP {recipe.pipeline_parallel_size}"),
+        f"cluster  {plan.cluster.name}",
+        f"run      {plan.run_id}",
+        f"serves   {plan.head_url}",
+        "start    " + ", ".join(f"{name} (rank {rank})" for rank, name in plan.start_order),
+    ]
+    if any(word.startswith("~") for node in plan.nodes for step in node.steps for word in step.argv):
+        lines.append("note     a word starting with ~/ is each node's home, filled in by `up` on that node")
+    for node in plan.nodes:
+        role = "head" if node.rank == 0 else "worker"
+        lines += ["", f"rank {node.rank} ({role}) on {node.host.name}, fabric {node.host.fabric_ip}"]
+        for number, step in enumerate(node.steps, 1):
+            lines.append(f"  {number}. {step.name} [{step.kind}]{_step_note(step, node.host)}")
+            lines.append(_indent(format_argv(step.argv), "       "))
+        if recipe.engine == "process":
+            lines.append("     env:")
+            lines += [f"       {key}={value}" for key, value in node.env.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _step_note(step: Step, host: Host) -> str:
+    notes = []
+    if step.kind == "local":
+        notes.append("on this machine")
+    if step.stdin_from:
+        notes.append(f"input: {shlex.join(step.stdin_from)} (here) | ssh {host.name}")
+    if step.skip_if:
+        notes.append(f"skipped when `{shlex.join(step.skip_if)}` succeeds")
+    if step.skip_if_same:
+        notes.append(f"skipped when `{shlex.join(step.skip_if_same)}` prints the same here and there")
+    if step.wait_for_port:
+        notes.append(f"next starts once {host.fabric_ip}:{step.wait_for_port} accepts")
+    return "".join(f"\n       # {note}" for note in notes)
+
+
+def format_argv(argv: Sequence[str], width: int = 100) -> str:
+    """`argv` shell-quoted; a long one broken before each option, with `\\` continuations."""
+    single = shlex.join(argv)
+    if len(single) <= width:
+        return single
+    groups: list[list[str]] = []
+    for word in argv:
+        is_option = word.startswith("-") and len(word) > 1
+        after_lone_option = bool(groups) and len(groups[-1]) == 1 and groups[-1][0].startswith("-")
+        in_command = len(groups) == 1 and not groups[0][0].startswith("-")
+        if groups and not is_option and (after_lone_option or in_command):
+            groups[-1].append(shlex.quote(word))
+        else:
+            groups.append([shlex.quote(word)])
+    return " \\\n  ".join(" ".join(group) for group in groups)
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+

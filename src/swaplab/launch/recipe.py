@@ -1,0 +1,342 @@
+"""A recipe (`recipe.toml`): one model served by one engine across a number of nodes.
+
+The schema is the seed's (the user's own launcher), plus a few optional keys:
+`drop_caches`, `extra_models`, `rendezvous_port` and `[readiness]`. Every fault of a
+file is reported in one pass, each at the `FILE:LINE` of its key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from swaplab.launch.cluster import ENV_NAME, read_env_table
+from swaplab.launch.engines import ENGINE_NAMES, check_args, engine_module
+from swaplab.launch.tomlfile import (
+    Checker,
+    KeyPath,
+    as_boolean,
+    as_number,
+    as_port,
+    as_positive_integer,
+    as_string,
+    as_strings,
+    describe,
+    read_toml,
+)
+
+DEFAULT_PORT = 30000
+RECIPE_KEYS = (
+    "engine", "name", "docker_image", "docker_image_dir", "model", "extra_models", "required_nodes",
+    "tensor_parallel_size", "pipeline_parallel_size", "distributed_backend", "shm_size", "entrypoint",
+    "args", "port", "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness",
+)
+MOUNT_KEYS = ("host", "container", "env")
+READINESS_KEYS = ("path", "ready", "fatal", "timeout")
+DISTRIBUTED_BACKENDS = ("mp", "ray")
+CONTAINER_ONLY_KEYS = ("docker_image", "docker_image_dir", "shm_size", "extra_mounts")
+"""Keys that mean nothing to `engine = "process"`, which runs `args` directly."""
+HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A `-v host:container` mount; `env` names a variable set to the container path."""
+
+    host: str
+    """May start with `~/`: expanded on each node to that node's home."""
+    container: str
+    env: str | None = None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How the head shows it serves: log regexes and an HTTP path, engine defaults plus the recipe's."""
+
+    path: str | None
+    ready: tuple[str, ...]
+    fatal: tuple[str, ...]
+    timeout: float
+    """Seconds from the last rank's start to ready."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe; `args` are exactly the arguments the engine receives."""
+
+    path: Path
+    engine: str
+    name: str
+    model: str | None
+    docker_image: str | None
+    docker_image_dir: Path | None
+    required_nodes: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    distributed_backend: str
+    shm_size: str | None
+    entrypoint: tuple[str, ...]
+    args: tuple[str, ...]
+    port: int
+    env: Mapping[str, str]
+    extra_mounts: tuple[Mount, ...]
+    readiness: Readiness
+    drop_caches: bool = True
+    """Drop the page cache on every node before the ranks start (default: on for container engines)."""
+    extra_models: tuple[str, ...] = ()
+    """Other hub repos the engine reads (a drafter): downloaded and mirrored like `model`."""
+    rendezvous_port: int | None = None
+    """Where ranks meet (vLLM --master-port, SGLang --dist-init-addr, Ray GCS, llama.cpp RPC); None: the engine's default."""
+    content_hash: str = field(default="", repr=False)
+
+    @property
+    def slug(self) -> str:
+        """A short name for labels, container names and state folders: the recipe's folder
+        name for `.../NAME/recipe.toml`, else the file's stem."""
+        stem = self.path.parent.name if self.path.name == "recipe.toml" else self.path.stem
+        return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "recipe"
+
+    def digest(self) -> str:
+        """The recipe's hash (of its values, so comments do not change it), carried in labels."""
+        return self.content_hash
+
+    @property
+    def hub_models(self) -> tuple[str, ...]:
+        """The Hugging Face repos the engine loads: `model` (when it names one) and `extra_models`."""
+        models = (self.model,) if self.model and HUB_REPO.match(self.model) else ()
+        return models + self.extra_models
+
+    @property
+    def offline(self) -> bool:
+        """`HF_HUB_OFFLINE` set the way huggingface_hub reads it: no download step then."""
+        return self.env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Load the recipe at `path` (a recipe.toml or its folder); raises ConfigError listing
+    every fault, each as `FILE:LINE: message`."""
+    location = Path(path).expanduser().absolute()
+    if location.is_dir():
+        location = location / "recipe.toml"
+    document = read_toml(location)
+    checker = Checker(document)
+    top = checker.table(document.data, (), RECIPE_KEYS)
+    engine_name = checker.get(top, (), "engine", _as_engine, f"one of {', '.join(ENGINE_NAMES)}", required=True)
+    engine = engine_module(engine_name) if engine_name else None
+    uses_docker = engine is not None and engine.USES_DOCKER
+
+    if engine_name == "process":
+        for key in CONTAINER_ONLY_KEYS:
+            if key in top:
+                checker.fault((key,), f"{key} means nothing to engine = \"process\" (it runs args directly, no container); remove it")
+    docker_image = checker.get(top, (), "docker_image", _as_word, "an image reference", required=uses_docker)
+    model = checker.get(top, (), "model", _as_word, "a Hugging Face repo id or a path", required=uses_docker)
+    image_dir = checker.get(top, (), "docker_image_dir", as_string, "a folder (relative to the recipe's folder)")
+    backend = checker.get(top, (), "distributed_backend", _as_backend, "\"mp\" or \"ray\"", default="mp")
+    env = read_env_table(checker, ("env",), top.get("env", {}))
+    mounts = _read_mounts(checker, top.get("extra_mounts", []))
+    for index, mount in enumerate(mounts):
+        if mount.env and mount.env in env:
+            checker.fault(("extra_mounts", index, "env"), f"{mount.env} is set by this mount and by [env] too; keep one")
+    args = checker.get(top, (), "args", _as_arguments, "an array of strings", default=())
+    if engine_name == "process" and not args:
+        checker.fault(("args",) if "args" in top else (), "engine = \"process\" runs args: give the command as args = [\"program\", ...]")
+
+    recipe = Recipe(
+        path=location,
+        engine=engine_name or "process",
+        name=checker.get(top, (), "name", as_string, "a string") or "",
+        model=model,
+        docker_image=docker_image,
+        docker_image_dir=(location.parent / image_dir) if image_dir else None,
+        required_nodes=checker.get(top, (), "required_nodes", as_positive_integer, "a whole number of nodes", default=1),
+        tensor_parallel_size=checker.get(top, (), "tensor_parallel_size", as_positive_integer, "a whole number", default=1),
+        pipeline_parallel_size=checker.get(top, (), "pipeline_parallel_size", as_positive_integer, "a whole number", default=1),
+        distributed_backend=backend,
+        shm_size=checker.get(top, (), "shm_size", _as_word, "a size such as \"32gb\""),
+        entrypoint=checker.get(top, (), "entrypoint", _as_command, "a command as an array of words", default=()),
+        args=args,
+        port=checker.get(top, (), "port", as_port, "a port number", default=DEFAULT_PORT),
+        env=MappingProxyType(env),
+        extra_mounts=mounts,
+        readiness=_read_readiness(checker, top.get("readiness", {}), engine),
+        drop_caches=checker.get(top, (), "drop_caches", as_boolean, "true or false", default=uses_docker),
+        extra_models=checker.get(top, (), "extra_models", _as_hub_repos, "an array of Hugging Face repo ids", default=()),
+        rendezvous_port=checker.get(top, (), "rendezvous_port", as_port, "a port number"),
+        content_hash=hashlib.sha256(json.dumps(document.data, sort_keys=True, default=str).encode()).hexdigest()[:16],
+    )
+    if not recipe.name:
+        recipe = replace(recipe, name=recipe.slug)
+    if engine is not None:
+        if backend == "ray" and engine_name != "vllm":
+            checker.fault(("distributed_backend",), f"distributed_backend = \"ray\" is vLLM's; {engine_name} brings its own")
+        for key_path, message in check_args(recipe, engine) + engine.check(recipe):
+            checker.fault(key_path, message)
+    checker.raise_faults()
+    return recipe
+
+
+def normalize_argument(text: str) -> str:
+    """One recipe argument as the engine must receive it.
+
+    The seed's launcher went through a shell, so its JSON values are wrapped in single
+    quotes, often inside a multi-line string: `\"\"\"\\n'{"method":...}'\"\"\"`. When an
+    argument, trimmed of surrounding whitespace and of one pair of enclosing single quotes,
+    is a JSON object or array, that JSON text is the argument. Anything else is kept as
+    written, quotes and spaces included (no shell runs in between).
+    """
+    trimmed = text.strip()
+    if len(trimmed) >= 2 and trimmed[0] == trimmed[-1] == "'":
+        trimmed = trimmed[1:-1].strip()
+    if trimmed[:1] in ("{", "["):
+        try:
+            json.loads(trimmed)
+        except ValueError:
+            return text
+        return trimmed
+    return text
+
+
+def _as_arguments(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise TypeError()
+    arguments = []
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            arguments.append(normalize_argument(item))
+        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+            arguments.append(str(item))
+        else:
+            raise TypeError(f"element {index} is {describe(item)}; write it as a string")
+    return tuple(arguments)
+
+
+def _as_engine(value: Any) -> str:
+    text = as_string(value)
+    if text not in ENGINE_NAMES:
+        raise ValueError(f"unknown engine {text!r}")
+    return text
+
+
+def _as_backend(value: Any) -> str:
+    text = as_string(value)
+    if text not in DISTRIBUTED_BACKENDS:
+        raise ValueError(f"unknown backend {text!r}")
+    return text
+
+
+def _as_word(value: Any) -> str:
+    text = as_string(value)
+    if not text or text != text.strip() or any(character.isspace() for character in text):
+        raise ValueError("it must be one word without spaces")
+    return text
+
+
+def _as_command(value: Any) -> tuple[str, ...]:
+    words = as_strings(value)
+    if not words or not all(words):
+        raise ValueError("give at least one non-empty word")
+    return words
+
+
+def _as_hub_repos(value: Any) -> tuple[str, ...]:
+    repos = as_strings(value)
+    for repo in repos:
+        if not HUB_REPO.match(repo):
+            raise ValueError(f"{repo!r} is not ORG/NAME")
+    return repos
+
+
+def _read_mounts(checker: Checker, value: Any) -> tuple[Mount, ...]:
+    if not isinstance(value, list):
+        checker.fault(("extra_mounts",), f"extra_mounts must be [[extra_mounts]] tables, not {describe(value)}")
+        return ()
+    mounts = []
+    for index, item in enumerate(value):
+        where: KeyPath = ("extra_mounts", index)
+        table = checker.table(item, where, MOUNT_KEYS)
+        host = checker.get(table, where, "host", _as_host_path, "an absolute path or one starting with ~/", required=True)
+        container = checker.get(table, where, "container", _as_container_path, "an absolute path in the container", required=True)
+        env = checker.get(table, where, "env", _as_env_name, "an environment variable name")
+        if host and container:
+            mounts.append(Mount(host=host, container=container, env=env))
+    return tuple(mounts)
+
+
+def _as_host_path(value: Any) -> str:
+    text = as_string(value)
+    if not (text.startswith(("/", "~/")) or text == "~"):
+        raise ValueError("relative paths would depend on where ssh lands")
+    if ":" in text:
+        raise ValueError("docker -v cannot take a ':' in a path")
+    return text
+
+
+def _as_container_path(value: Any) -> str:
+    text = as_string(value)
+    if not text.startswith("/") or ":" in text:
+        raise ValueError("an absolute path without ':'")
+    return text
+
+
+def _as_env_name(value: Any) -> str:
+    text = as_string(value)
+    if not ENV_NAME.match(text):
+        raise ValueError("letters, digits and _ only")
+    return text
+
+
+def _as_patterns(value: Any) -> tuple[str, ...]:
+    patterns = as_strings(value)
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"{pattern!r} is not a regular expression ({error})") from None
+    return patterns
+
+
+def _read_readiness(checker: Checker, value: Any, engine: Any) -> Readiness:
+    where: KeyPath = ("readiness",)
+    table = checker.table(value, where, READINESS_KEYS)
+    defaults = Readiness(
+        path=getattr(engine, "READY_PATH", None),
+        ready=getattr(engine, "READY", ()),
+        fatal=getattr(engine, "FATAL", ()),
+        timeout=getattr(engine, "READY_TIMEOUT", 600.0),
+    )
+    path = checker.get(table, where, "path", _as_http_path, "an HTTP path such as \"/health\"")
+    ready = checker.get(table, where, "ready", _as_patterns, "an array of regular expressions", default=())
+    fatal = checker.get(table, where, "fatal", _as_patterns, "an array of regular expressions", default=())
+    timeout = checker.get(table, where, "timeout", _as_seconds, "a number of seconds above 0")
+    return Readiness(
+        path=path or defaults.path,
+        ready=_union(defaults.ready, ready),
+        fatal=_union(defaults.fatal, fatal),
+        timeout=timeout or defaults.timeout,
+    )
+
+
+def _as_http_path(value: Any) -> str:
+    text = as_string(value)
+    if not text.startswith("/"):
+        raise ValueError("it starts with /")
+    return text
+
+
+def _as_seconds(value: Any) -> float:
+    seconds = as_number(value)
+    if seconds <= 0:
+        raise ValueError("it must be above 0")
+    return seconds
+
+
+def _union(first: tuple[str, ...], second: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(first + second))
+

@@ -1,0 +1,438 @@
+"""`swaplab launch plan`: golden plans of the seed recipe (mp, Ray), SGLang and llama.cpp on a
+two-node cluster, and the properties of those plans that matter on real machines.
+
+Golden files live in tests/fixtures/launch/golden/. After an intended change, regenerate them
+with `SWAPLAB_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_launch_plan.py` and review the diff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from procs import run_swaplab
+
+from swaplab.errors import SwaplabError
+from swaplab.launch.cluster import Cluster, Host, get_cluster
+from swaplab.launch.plan import (
+    VERIFY_SCRIPT,
+    Plan,
+    default_run_id,
+    expand_home,
+    format_argv,
+    make_plan,
+    plan_json,
+    plan_text,
+)
+from swaplab.launch.recipe import Recipe, load_recipe
+
+FIXTURES = Path(__file__).parent / "fixtures" / "launch"
+GOLDEN = FIXTURES / "golden"
+CLUSTERS = FIXTURES / "clusters.toml"
+SEED = FIXTURES / "glm53-flash-exl3" / "recipe.toml"
+SPECULATIVE = '{"method":"dflash","model":"incoai/GLM-5.3-Flash-DFlash2","num_speculative_tokens":7}'
+HEAD_IP, WORKER_IP = "192.168.100.3", "192.168.100.4"
+
+
+def seed_with_ray(tmp_path: Path) -> Path:
+    """The seed switched to Ray: its backend key and its own backend flag both say ray."""
+    text = SEED.read_text()
+    assert text.count('distributed_backend = "mp"') == 1 and text.count('"--distributed-executor-backend", "mp"') == 1
+    text = text.replace('distributed_backend = "mp"', 'distributed_backend = "ray"')
+    text = text.replace('"--distributed-executor-backend", "mp"', '"--distributed-executor-backend", "ray"')
+    folder = tmp_path / "glm53-flash-exl3-ray"
+    folder.mkdir()
+    (folder / "recipe.toml").write_text(text)
+    return folder / "recipe.toml"
+
+
+def plan_of(recipe_path: Path, cluster: str = "ds4") -> Plan:
+    recipe = load_recipe(recipe_path)
+    chosen = get_cluster(CLUSTERS, cluster)
+    return make_plan(recipe, chosen, run_id=default_run_id(recipe, chosen))
+
+
+def rank_argv(plan: Plan, rank: int, name: str | None = None) -> tuple[str, ...]:
+    """The argv of a rank step of node `rank` (the only one, or the one called `name`)."""
+    steps = [step for step in plan.nodes[rank].steps if step.kind == "rank" and (name is None or step.name == name)]
+    assert len(steps) == 1, steps
+    return steps[0].argv
+
+
+def values_of(argv: tuple[str, ...], flag: str) -> list[str]:
+    return [argv[index + 1] for index, word in enumerate(argv) if word == flag]
+
+
+def check_golden(plan: Plan, name: str) -> None:
+    """Compare `plan --json` with the golden file; the recipe's folder reads <recipe-dir>."""
+    text = json.dumps(plan_json(plan), indent=2) + "\n"
+    text = text.replace(str(plan.recipe.path.parent), "<recipe-dir>")
+    golden = GOLDEN / f"{name}.json"
+    if os.environ.get("SWAPLAB_UPDATE_GOLDEN"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file {golden}; run with SWAPLAB_UPDATE_GOLDEN=1 to write it"
+    assert text == golden.read_text(), f"plan differs from {golden}; if intended, regenerate with SWAPLAB_UPDATE_GOLDEN=1"
+
+
+# --- golden plans ----------------------------------------------------------------------------
+
+
+def test_golden_seed_vllm_mp():
+    check_golden(plan_of(SEED), "glm53-flash-exl3-mp")
+
+
+def test_golden_seed_vllm_ray(tmp_path):
+    check_golden(plan_of(seed_with_ray(tmp_path)), "glm53-flash-exl3-ray")
+
+
+def test_golden_sglang():
+    check_golden(plan_of(FIXTURES / "glm-sglang"), "glm-sglang")
+
+
+def test_golden_llamacpp():
+    check_golden(plan_of(FIXTURES / "gemma-llamacpp"), "gemma-llamacpp")
+
+
+def test_plan_json_has_exactly_the_specified_shape():
+    document = plan_json(plan_of(SEED))
+    assert list(document) == ["nodes"]
+    for node in document["nodes"]:
+        assert list(node) == ["host", "rank", "steps"]
+        for step in node["steps"]:
+            assert list(step) == ["name", "argv"] and all(isinstance(word, str) for word in step["argv"])
+
+
+# --- what matters in the seed's plan ---------------------------------------------------------
+
+
+def test_the_speculative_config_is_one_argument_of_pure_json_on_every_rank():
+    plan = plan_of(SEED)
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        assert values_of(argv, "--speculative-config") == [SPECULATIVE]
+        assert values_of(argv, "--default-chat-template-kwargs") == ['{"enable_thinking": false}']
+
+
+def test_vllm_mp_rendezvous_headless_only_on_the_worker_and_no_duplicate_backend_flag():
+    plan = plan_of(SEED)
+    head, worker = rank_argv(plan, 0), rank_argv(plan, 1)
+    assert "--headless" not in head and worker[-1] == "--headless" and worker.count("--headless") == 1
+    for rank, argv in ((0, head), (1, worker)):
+        assert values_of(argv, "--node-rank") == [str(rank)]
+        assert values_of(argv, "--nnodes") == ["2"]
+        assert values_of(argv, "--master-addr") == [HEAD_IP]
+        assert values_of(argv, "--master-port") == ["29500"]
+        assert values_of(argv, "--distributed-executor-backend") == ["mp"]
+        assert values_of(argv, "--tensor-parallel-size") == ["2"]
+        assert values_of(argv, "--port") == ["30000"]
+    assert plan.start_order == ((0, "serve"), (1, "worker"))
+    assert plan.head_url == f"http://{HEAD_IP}:30000"
+
+
+def test_the_entrypoint_is_explicit_so_an_ngc_wrapper_cannot_swallow_vllm_serve():
+    argv = rank_argv(plan_of(SEED), 0)
+    image = argv.index("glm53-flash-exl3:local")
+    assert argv[image - 2 : image + 3] == (
+        "--entrypoint", "vllm", "glm53-flash-exl3:local", "serve", "brandonmusic/GLM-5.3-Flash-tr3-4bpw",
+    )
+
+
+def test_every_rank_gets_hf_home_from_the_mount_the_nccl_table_and_its_own_fabric_ip():
+    plan = plan_of(SEED)
+    for rank, fabric_ip in ((0, HEAD_IP), (1, WORKER_IP)):
+        env = values_of(rank_argv(plan, rank), "-e")
+        assert "HF_HOME=/mnt/nas/ai/huggingface" in env
+        assert {"NCCL_SOCKET_IFNAME=enp1s0f1np1", "GLOO_SOCKET_IFNAME=enp1s0f1np1", "NCCL_IB_HCA=rocep1s0f1"} <= set(env)
+        assert f"VLLM_HOST_IP={fabric_ip}" in env
+        assert {f"SWAPLAB_RANK={rank}", "SWAPLAB_NNODES=2", f"SWAPLAB_HEAD={HEAD_IP}"} <= set(env)
+        assert "HF_HUB_OFFLINE=1" in env
+        assert plan.nodes[rank].env["VLLM_HOST_IP"] == fabric_ip
+
+
+def test_every_docker_flag_mount_and_label_of_a_rank():
+    plan = plan_of(SEED)
+    argv = rank_argv(plan, 1)
+    assert argv[:3] == ("docker", "run", "--rm")
+    assert values_of(argv, "--gpus") == ["all"]
+    assert values_of(argv, "--network") == ["host"]
+    assert values_of(argv, "--ipc") == ["host"]
+    assert values_of(argv, "--shm-size") == ["32gb"]
+    assert values_of(argv, "--name") == [f"swaplab-{plan.run_id}-rank1"]
+    assert values_of(argv, "--label") == [
+        f"swaplab.run={plan.run_id}", "swaplab.recipe=glm53-flash-exl3",
+        f"swaplab.recipe-hash={plan.recipe.digest()}", "swaplab.rank=1",
+    ]
+    # ~ stays as written: `up` expands it on each node (see expand_home).
+    assert values_of(argv, "-v") == [
+        "/mnt/nas/ai/huggingface:/mnt/nas/ai/huggingface",
+        "~/.cache/glm53-exl3-jit/triton:/root/.triton",
+        "~/.cache/glm53-exl3-jit/flashinfer:/root/.cache/flashinfer",
+        "~/.cache/glm53-exl3-jit/vllm:/root/.cache/vllm",
+    ]
+
+
+def test_no_loopback_address_anywhere_in_a_real_engines_plan(tmp_path):
+    for recipe in (SEED, seed_with_ray(tmp_path), FIXTURES / "glm-sglang", FIXTURES / "gemma-llamacpp"):
+        words = " ".join(word for node in plan_json(plan_of(recipe))["nodes"] for step in node["steps"] for word in step["argv"])
+        assert "127.0.0." not in words and "localhost" not in words
+
+
+def test_the_seed_builds_its_overlay_here_and_loads_it_where_the_image_id_differs():
+    plan = plan_of(SEED)
+    build = plan.nodes[0].steps[0]
+    assert (build.name, build.kind) == ("build-image", "local")
+    assert build.argv == ("docker", "build", "--tag", "glm53-flash-exl3:local", str(SEED.parent / "glm53-flash-exl3"))
+    assert [step.name for step in plan.nodes[1].steps if step.kind == "local"] == []
+    for node in plan.nodes:
+        (distribute,) = [step for step in node.steps if step.name == "distribute-image"]
+        assert distribute.argv == ("docker", "load")
+        assert distribute.stdin_from == ("docker", "save", "glm53-flash-exl3:local")
+        assert distribute.skip_if_same == ("docker", "image", "inspect", "--format", "{{.Id}}", "glm53-flash-exl3:local")
+
+
+def test_offline_means_no_download_and_drop_caches_run_just_before_the_rank():
+    for node in plan_of(SEED).nodes:
+        names = [step.name for step in node.steps]
+        assert "download-models" not in names
+        assert names[-3:] == ["sync", "drop-caches", "serve" if node.rank == 0 else "worker"]
+        assert node.steps[-2].argv == ("sudo", "-n", "sysctl", "-w", "vm.drop_caches=3")
+
+
+def test_online_recipes_download_their_models_and_drop_caches_can_be_turned_off(tmp_path):
+    text = SEED.read_text().replace('HF_HUB_OFFLINE = "1"\n', "").replace('TRANSFORMERS_OFFLINE = "1"\n', "")
+    text = text.replace('engine = "vllm"', 'engine = "vllm"\ndrop_caches = false\nextra_models = ["incoai/GLM-5.3-Flash-DFlash2"]')
+    folder = tmp_path / "online"
+    folder.mkdir()
+    (folder / "recipe.toml").write_text(text)
+    plan = plan_of(folder)
+    for node in plan.nodes:
+        names = [step.name for step in node.steps]
+        assert "sync" not in names and "drop-caches" not in names
+        (download,) = [step for step in node.steps if step.name == "download-models"]
+        assert download.argv[-2:] == ("brandonmusic/GLM-5.3-Flash-tr3-4bpw", "incoai/GLM-5.3-Flash-DFlash2")
+        assert "HF_HOME=/mnt/nas/ai/huggingface" in values_of(download.argv, "-e")
+        assert values_of(download.argv, "-v") == ["/mnt/nas/ai/huggingface:/mnt/nas/ai/huggingface"]
+
+
+def test_a_local_cache_mirrors_and_verifies_each_model_and_ranks_mount_the_mirror(tmp_path):
+    text = SEED.read_text().replace('engine = "vllm"', 'engine = "vllm"\nextra_models = ["incoai/GLM-5.3-Flash-DFlash2"]')
+    folder = tmp_path / "mirrored"
+    folder.mkdir()
+    (folder / "recipe.toml").write_text(text)
+    plan = plan_of(folder, cluster="ds4-local")
+    for node in plan.nodes:
+        names = [step.name for step in node.steps]
+        assert names[-7:-3] == [
+            "mirror brandonmusic/GLM-5.3-Flash-tr3-4bpw", "verify brandonmusic/GLM-5.3-Flash-tr3-4bpw",
+            "mirror incoai/GLM-5.3-Flash-DFlash2", "verify incoai/GLM-5.3-Flash-DFlash2",
+        ]
+        mirror = node.steps[names.index("mirror incoai/GLM-5.3-Flash-DFlash2")]
+        assert mirror.argv == (
+            "rsync", "--archive", "--delete", "--mkpath",
+            "/mnt/nas/ai/huggingface/hub/models--incoai--GLM-5.3-Flash-DFlash2/",
+            "~/.cache/huggingface/hub/models--incoai--GLM-5.3-Flash-DFlash2/",
+        )
+        argv = rank_argv(plan, node.rank)
+        # The container still finds HF_HOME where the recipe said; the node-local copy backs it.
+        assert "~/.cache/huggingface:/mnt/nas/ai/huggingface" in values_of(argv, "-v")
+        assert "HF_HOME=/mnt/nas/ai/huggingface" in values_of(argv, "-e")
+
+
+def test_the_verify_step_accepts_a_faithful_mirror_and_rejects_a_corrupt_one(tmp_path):
+    source, mirror = tmp_path / "hub" / "models--o--m", tmp_path / "local" / "models--o--m"
+    contents = [b"weights" * 1000, b"config"]
+    for root in (source, mirror):
+        (root / "blobs").mkdir(parents=True)
+        for content in contents:
+            (root / "blobs" / hashlib.sha256(content).hexdigest()).write_bytes(content)
+        small = b'{"a": 1}'
+        git_sha1 = hashlib.sha1(b"blob %d\0" % len(small) + small).hexdigest()
+        (root / "blobs" / git_sha1).write_bytes(small)
+
+    def verify() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", VERIFY_SCRIPT, str(source), str(mirror)], check=False, capture_output=True, text=True, timeout=60,
+        )
+
+    good = verify()
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.startswith("verified 3 files")
+    blob = mirror / "blobs" / hashlib.sha256(contents[0]).hexdigest()
+    blob.write_bytes(b"weightz" * 1000)  # same size, other content
+    corrupt = verify()
+    assert corrupt.returncode == 1 and "content does not match its hash" in corrupt.stderr
+    blob.unlink()
+    assert "missing" in verify().stderr
+
+
+# --- other engines ---------------------------------------------------------------------------
+
+
+def test_vllm_ray_starts_ray_head_then_workers_then_serve_in_the_head_container(tmp_path):
+    plan = plan_of(seed_with_ray(tmp_path))
+    assert plan.start_order == ((0, "ray-head"), (1, "ray-worker"), (0, "serve"))
+    head = rank_argv(plan, 0, "ray-head")
+    assert head[head.index("--entrypoint") + 1 :][:2] == ("ray", "glm53-flash-exl3:local")
+    assert head[-7:] == ("start", "--head", "--port", "6379", "--node-ip-address", HEAD_IP, "--block")
+    worker = rank_argv(plan, 1, "ray-worker")
+    assert values_of(worker, "--address") == [f"{HEAD_IP}:6379"]
+    assert values_of(worker, "--node-ip-address") == [WORKER_IP]
+    ray_head = next(step for step in plan.nodes[0].steps if step.name == "ray-head")
+    assert ray_head.wait_for_port == 6379
+    serve = rank_argv(plan, 0, "serve")
+    assert serve[:5] == ("docker", "exec", f"swaplab-{plan.run_id}-rank0", "vllm", "serve")
+    assert values_of(serve, "--distributed-executor-backend") == ["ray"]
+    assert values_of(serve, "--speculative-config") == [SPECULATIVE]
+    assert "--nnodes" not in serve and "--headless" not in serve
+    assert [step for node, step in plan.rank_steps()] == [ray_head, plan.nodes[1].steps[-1], plan.nodes[0].steps[-1]]
+
+
+def test_sglang_ranks_meet_through_dist_init_addr():
+    plan = plan_of(FIXTURES / "glm-sglang")
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        assert argv[argv.index("--entrypoint") + 1 :][:4] == ("python3", "lmsysorg/sglang:spark", "-m", "sglang.launch_server")
+        assert values_of(argv, "--dist-init-addr") == [f"{HEAD_IP}:20000"]
+        assert values_of(argv, "--nnodes") == ["2"] and values_of(argv, "--node-rank") == [str(rank)]
+        assert values_of(argv, "--tp-size") == ["2"] and "--pp-size" not in argv
+        assert values_of(argv, "--model-path") == ["zai-org/GLM-4.5-Air-FP8"]
+        assert values_of(argv, "--json-model-override-args") == ['{"rope_scaling": null}']
+        assert values_of(argv, "--host") == ["0.0.0.0"]
+    assert "download-models" in [step.name for step in plan.nodes[1].steps]
+
+
+def test_llamacpp_workers_serve_rpc_on_their_fabric_ip_and_start_before_the_head():
+    plan = plan_of(FIXTURES / "gemma-llamacpp")
+    assert plan.start_order == ((1, "rpc-server"), (0, "serve"))
+    worker = rank_argv(plan, 1)
+    assert worker[worker.index("--entrypoint") + 1 :] == (
+        "/app/rpc-server", "ghcr.io/ggml-org/llama.cpp:full-cuda", "--host", WORKER_IP, "--port", "50052",
+    )
+    head = rank_argv(plan, 0)
+    assert values_of(head, "--rpc") == [f"{WORKER_IP}:50052"]
+    assert values_of(head, "--model") == ["/models/gemma-3-27b-it-Q4_K_M.gguf"]
+    assert "HF_HOME=/mnt/nas/ai/huggingface" not in values_of(head, "-e")
+
+
+# --- process engine and the cluster's limits -------------------------------------------------
+
+LOOPBACK = Cluster(
+    name="loop", user=None, hf_cache_dir="/srv/hub",
+    hosts=(Host("127.0.0.1", "127.0.0.1", 2222), Host("127.0.0.2", "127.0.0.2", 2222)),
+    nccl={"NCCL_DEBUG": "INFO"},
+)
+
+
+def process_recipe(tmp_path: Path) -> Recipe:
+    folder = tmp_path / "sim-gang"
+    folder.mkdir(exist_ok=True)
+    (folder / "recipe.toml").write_text("""\
+engine = "process"
+required_nodes = 2
+model = "/srv/models/tiny.gguf"
+port = 31000
+args = ["swaplab", "sim", "--host", "{fabric_ip}", "--port", "{port}", "--model", "{model}",
+        "--name", "rank{rank}-of-{head}", '{"keep": "{braces}"}']
+[env]
+SIM_MODE = "gang"
+[readiness]
+path = "/v1/models"
+ready = ["Uvicorn running"]
+""")
+    return load_recipe(folder)
+
+
+def test_process_ranks_run_args_with_per_node_placeholders_and_the_gang_env(tmp_path):
+    recipe = process_recipe(tmp_path)
+    plan = make_plan(recipe, LOOPBACK, run_id="sim-1")
+    assert plan.head_url == "http://127.0.0.1:31000"
+    for node in plan.nodes:
+        (step,) = node.steps
+        assert (step.name, step.kind) == ("rank", "rank")
+        assert step.argv == (
+            "swaplab", "sim", "--host", node.host.fabric_ip, "--port", "31000", "--model", "/srv/models/tiny.gguf",
+            "--name", f"rank{node.rank}-of-127.0.0.1", '{"keep": "{braces}"}',
+        )
+        assert dict(node.env) == {
+            "SIM_MODE": "gang", "NCCL_DEBUG": "INFO", "SWAPLAB_RUN": "sim-1",
+            "SWAPLAB_RANK": str(node.rank), "SWAPLAB_NNODES": "2", "SWAPLAB_HEAD": "127.0.0.1",
+        }
+    assert plan.labels == {"swaplab.run": "sim-1", "swaplab.recipe": "sim-gang", "swaplab.recipe-hash": recipe.digest()}
+    assert recipe.readiness.path == "/v1/models" and recipe.readiness.ready == ("Uvicorn running",)
+
+
+def test_loopback_fabric_ips_are_refused_for_engines_that_meet_over_a_fabric():
+    with pytest.raises(SwaplabError, match="loopback fabric_ip 127.0.0.1.*loopback is for engine = \"process\" only"):
+        make_plan(load_recipe(SEED), LOOPBACK, run_id="x")
+
+
+def test_a_cluster_with_too_few_hosts_is_refused_and_extra_hosts_stay_idle(tmp_path):
+    single = replace(LOOPBACK, hosts=LOOPBACK.hosts[:1])
+    with pytest.raises(SwaplabError, match="needs 2 nodes; cluster 'loop' has 1: add hosts to it or lower required_nodes"):
+        make_plan(process_recipe(tmp_path), single, run_id="x")
+    three = replace(LOOPBACK, hosts=LOOPBACK.hosts + (Host("127.0.0.3", "127.0.0.3"),))
+    plan = make_plan(process_recipe(tmp_path), three, run_id="x")
+    assert [node.host.name for node in plan.nodes] == ["127.0.0.1", "127.0.0.2"]
+
+
+def test_the_run_id_is_the_slug_and_a_hash_of_recipe_and_cluster():
+    recipe = load_recipe(SEED)
+    ds4, local = get_cluster(CLUSTERS, "ds4"), get_cluster(CLUSTERS, "ds4-local")
+    run_id = default_run_id(recipe, ds4)
+    assert run_id.startswith("glm53-flash-exl3-") and len(run_id) == len("glm53-flash-exl3-") + 8
+    assert default_run_id(recipe, ds4) == run_id != default_run_id(recipe, local)
+
+
+def test_expand_home_replaces_a_leading_tilde_only():
+    assert expand_home(("-v", "~/.cache/x:/root/x", "~", "a~/b", "~user/x"), "/home/gio/") == (
+        "-v", "/home/gio/.cache/x:/root/x", "/home/gio", "a~/b", "~user/x",
+    )
+
+
+def test_format_argv_keeps_short_commands_on_one_line_and_breaks_long_ones_before_options():
+    assert format_argv(("docker", "load")) == "docker load"
+    text = format_argv(("docker", "run", "--rm", "--name", "n", "-e", "A=1 2", "image", "serve", "--flag") + ("x",) * 40)
+    assert text.splitlines()[:4] == ["docker run \\", "  --rm \\", "  --name n \\", "  -e 'A=1 2' \\"]
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def test_the_plan_command_prints_json_and_text_per_node():
+    done = run_swaplab("launch", "plan", str(SEED.parent), "--cluster", "ds4", "--clusters", str(CLUSTERS), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == plan_json(plan_of(SEED))
+    done = run_swaplab("launch", "plan", str(SEED.parent), "--cluster", "ds4", "--clusters", str(CLUSTERS))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == plan_text(plan_of(SEED))
+    assert "rank 0 (head) on dgx3, fabric 192.168.100.3" in done.stdout
+    assert "rank 1 (worker) on dgx4, fabric 192.168.100.4" in done.stdout
+    assert f"--speculative-config '{SPECULATIVE}'" in done.stdout
+
+
+def test_the_plan_command_reports_faults_of_both_files_at_once(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text('engine = "vllm"\ncolour = 1\n')
+    clusters = tmp_path / "clusters.toml"
+    clusters.write_text('[clusters.c]\nhosts = [{ name = "a", fabric_ip = "nope" }]\n')
+    done = run_swaplab("launch", "plan", str(recipe), "--cluster", "c", "--clusters", str(clusters))
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert f"{clusters}:2: clusters.c.hosts[0].fabric_ip must be the IP address the ranks meet on, not a string 'nope': write the node's fabric IP address itself, not a name" in lines
+    assert any(line.startswith(f"{recipe}:2: unknown key 'colour'") for line in lines)
+    assert any(line.startswith(f"{recipe}:1: missing required key 'docker_image'") for line in lines)
+
+
+def test_the_plan_command_refuses_a_loopback_cluster_for_vllm(tmp_path):
+    clusters = tmp_path / "clusters.toml"
+    clusters.write_text('[clusters.c]\nhosts = [{ name = "a", fabric_ip = "127.0.0.1" }, { name = "b", fabric_ip = "127.0.0.2" }]\n')
+    done = run_swaplab("launch", "plan", str(SEED), "--cluster", "c", "--clusters", str(clusters))
+    assert done.returncode == 2
+    assert done.stderr.startswith("swaplab: host a of cluster 'c' has the loopback fabric_ip 127.0.0.1")

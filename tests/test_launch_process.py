@@ -1,0 +1,141 @@
+"""`swaplab launch` for real: engine = "process" over real SSH to two loopback nodes.
+
+The nodes are 127.0.0.1 and 127.0.0.2, both served by a real OpenSSH server (tests/sshd.py);
+the ranks are `swaplab sim` processes (or small Python programs) started through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+
+import psutil
+import sshd as loopback
+from procs import SwaplabProcess, alive, http_status, wait_until
+from sshd import gang_processes, rank_processes, sim_args, surviving
+
+# The fixtures: the session's OpenSSH server, and one test's gang on its two loopback nodes.
+sshd = loopback.sshd
+gang = loopback.gang
+
+GANG_TIMEOUT = 240.0
+
+
+def assert_nothing_left(gang) -> None:
+    left = surviving(gang_processes(gang.slug))
+    assert not left, f"gang processes still running on the nodes: {[(p.pid, p.cmdline()) for p in left]}"
+    for address in ("127.0.0.1", "127.0.0.2"):
+        assert http_status(f"{gang.url(address)}/health") is None
+
+
+
+
+def test_up_reaches_ready_logs_merge_both_ranks_and_down_leaves_nothing(gang):
+    gang.recipe(sim_args("--load-seconds", "1"), ready=["listening on"])
+    up = gang.launch("up")
+    assert up.returncode == 0, up.stderr
+    assert f"ready: {gang.url()}" in up.stderr
+    assert "the head answered a one-token completion" in up.stderr
+    # Both ranks serve on their own node address (the {fabric_ip} placeholder), same port.
+    # (readiness is the head's: a worker may still be loading, as the sim's rank 1 may be here.)
+    assert http_status(f"{gang.url('127.0.0.1')}/v1/models") == 200
+    wait_until(lambda: http_status(f"{gang.url('127.0.0.2')}/v1/models") == 200, 60, "rank 1 to serve")
+
+    logs = gang.launch("logs")
+    assert logs.returncode == 0, logs.stderr
+    lines = logs.stdout.splitlines()
+    assert f"[rank 0] sim: model sim-model listening on http://127.0.0.1:{gang.port}" in lines
+    assert f"[rank 1] sim: model sim-model listening on http://127.0.0.2:{gang.port}" in lines
+    assert all(line.startswith(("[rank 0] ", "[rank 1] ")) for line in lines), lines
+    only_one = gang.launch("logs", "--rank", "1")
+    assert only_one.stdout.splitlines() and all(line.startswith("[rank 1] ") for line in only_one.stdout.splitlines())
+
+    status = gang.launch("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "rank 0  127.0.0.1  running" in status.stdout and "rank 1  127.0.0.2  running" in status.stdout
+    assert "serving" in status.stdout
+
+    # A second `up` beside a live gang is refused, and leaves it running.
+    again = gang.launch("up")
+    assert again.returncode == 2 and "already runs on" in again.stderr and "launch down" in again.stderr
+    assert http_status(f"{gang.url()}/v1/models") == 200
+
+    down = gang.launch("down")
+    assert down.returncode == 0, down.stderr
+    assert_nothing_left(gang)
+    status = gang.launch("status")
+    assert status.returncode == 1 and "rank 0  127.0.0.1  not running" in status.stdout
+
+    # The logs stay readable here after the gang is gone.
+    kept = gang.launch("logs")
+    assert f"[rank 1] sim: model sim-model listening on http://127.0.0.2:{gang.port}" in kept.stdout.splitlines()
+
+
+def test_killing_one_rank_stops_the_gang_and_foreground_up_exits_nonzero(gang, tmp_path):
+    gang.recipe(sim_args())
+    supervisor = SwaplabProcess(gang.arguments("up", "--foreground"), tmp_path / "up.log", env=gang.env)
+    try:
+        wait_until(lambda: "ready: " in supervisor.output() or supervisor.popen.poll() is not None, GANG_TIMEOUT, "up to be ready")
+        assert supervisor.popen.poll() is None, supervisor.output()
+        wait_until(lambda: http_status(f"{gang.url('127.0.0.2')}/v1/models") == 200, 60, "rank 1 to serve")
+        ranks = rank_processes(gang.slug)
+        assert set(ranks) == {"0", "1"}, ranks
+        ranks["1"].send_signal(signal.SIGKILL)
+        code = supervisor.wait(GANG_TIMEOUT)
+        output = supervisor.output()
+    finally:
+        supervisor.close()
+    assert code == 1, output
+    assert "the gang failed: rank 1 on 127.0.0.2 exited with code 137" in output
+    assert f"sim: model sim-model listening on http://127.0.0.2:{gang.port}" in output.split("the gang failed:")[1]
+    assert not alive(ranks["0"].pid)
+    assert_nothing_left(gang)
+
+
+FATAL_RANK = """
+import os, sys, time
+print("rank", os.environ["SWAPLAB_RANK"], "of", os.environ["SWAPLAB_NNODES"], "loading", flush=True)
+if os.environ["SWAPLAB_RANK"] == "1":
+    print("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_fatal_marker_on_any_rank_fails_fast_with_its_last_lines(gang):
+    # Never ready and a readiness timeout longer than the test's own: only the marker can end `up` in time.
+    gang.recipe([psutil.Process().exe(), "-c", FATAL_RANK], ready=["never printed"], fatal=["EngineDeadError"], timeout=3600)
+    up = gang.launch("up", timeout=GANG_TIMEOUT)
+    assert up.returncode == 1, up.stderr
+    assert "rank 1 on 127.0.0.2 printed the fatal marker 'EngineDeadError'" in up.stderr
+    assert "EngineCore encountered an issue" in up.stderr.split("fatal marker")[1]
+    assert "[rank 0] rank 0 of 2 loading" in up.stdout
+    assert_nothing_left(gang)
+
+
+def test_doctor_checks_the_model_file_on_every_node(gang, tmp_path):
+    weights = tmp_path / "weights.gguf"
+    weights.write_bytes(b"GGUF" + bytes(range(256)) * 64)
+    gang.recipe(sim_args(), model=str(weights))
+    present = gang.launch("doctor")
+    assert present.returncode == 0, present.stdout + present.stderr
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+    for address in ("127.0.0.1", "127.0.0.2"):
+        assert f"ok    {address}" in present.stdout
+    assert present.stdout.count(f"sha256 {digest}") == 2
+    assert f"port {gang.port} free" in present.stdout
+
+    weights.unlink()
+    missing = gang.launch("doctor")
+    assert missing.returncode == 1
+    assert f"FAIL  127.0.0.2        model    {weights}: missing at {weights}" in missing.stdout
+    assert f"fix: copy the model to {weights} on 127.0.0.2" in missing.stdout
+
+
+def test_doctor_reports_an_unreachable_node_with_a_hint(gang, tmp_path, sshd):
+    gang.recipe(sim_args())
+    text = gang.clusters.read_text().replace(f"ssh_port = {sshd.port}", "ssh_port = 1", 1)
+    gang.clusters.write_text(text)
+    result = gang.launch("doctor")
+    assert result.returncode == 1
+    assert "FAIL  127.0.0.1        ssh      cannot reach 127.0.0.1 over ssh" in result.stdout
+    assert "fix: make `ssh 127.0.0.1 true` work without a prompt" in result.stdout
