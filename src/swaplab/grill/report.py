@@ -63,7 +63,8 @@ def show_outcome(outcome: GrillOutcome, console: Console, *, db_path: str, json_
     backend = " ".join(part for part in (run.backend_kind, run.backend_version) if part)
     if backend:
         about += f", {backend}"
-    console.print(rounds_table(summary, title=about))
+    console.print(about, style="bold", highlight=False)
+    console.print(rounds_table(summary))
     for table in (tasks_table(outcome), needle_table(summary)):
         if table is not None:
             console.print(table)
@@ -84,9 +85,9 @@ def show_outcome(outcome: GrillOutcome, console: Console, *, db_path: str, json_
     )
 
 
-def rounds_table(summary: Mapping[str, Any], *, title: str) -> Table:
+def rounds_table(summary: Mapping[str, Any]) -> Table:
     """Score per round, the total, tok/step, R5 complete/looped: the seed's figures."""
-    table = Table(title=title, title_justify="left")
+    table = Table()
     table.add_column("round")
     table.add_column("score", justify="right")
     for round_ in summary.get("rounds", ()):
@@ -100,7 +101,7 @@ def rounds_table(summary: Mapping[str, Any], *, title: str) -> Table:
     if summary.get("tok_per_step", {}).get("n"):
         table.add_row("r4 tok/step", out_of(summary["tok_per_step"], None))
     if summary.get("truncated", {}).get("max"):
-        table.add_row("truncated thinking", out_of(summary["truncated"], None))
+        table.add_row("truncated (budget ran out)", out_of(summary["truncated"], None))
     if summary.get("errors", {}).get("max"):
         table.add_row("[red]request errors[/red]", out_of(summary["errors"], None))
     return table

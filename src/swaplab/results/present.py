@@ -117,12 +117,13 @@ def runs_table(runs: list[dict[str, Any]], *, title: str | None = None) -> Table
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    table.add_column("id", justify="right")
+    # On a narrow terminal the long names fold; the id and the result never vanish.
+    table.add_column("id", justify="right", no_wrap=True)
     table.add_column("time", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("model", no_wrap=True)
-    table.add_column("backend", no_wrap=True)
-    table.add_column("result", overflow="fold")
+    table.add_column("model", overflow="fold", min_width=7)
+    table.add_column("backend", overflow="fold", min_width=7)
+    table.add_column("result", overflow="fold", min_width=12)
     table.add_column("requests", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for run in runs:
