@@ -34,3 +34,13 @@ def router_factory(tmp_path):
     yield start
     for router in started:
         router.close()
+
+
+@pytest.fixture
+def scripted(tmp_path):
+    """`scripted(script)` starts a `swaplab sim --script` replaying that plain-data script; all stop at the end."""
+    from scripts import ScriptedSims
+
+    sims = ScriptedSims(tmp_path)
+    yield sims
+    sims.close()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 from procs import Sim
+from scripts import agent_rule
 
 from swaplab.client import OpenAIClient
 from swaplab.grill.agent import (
@@ -24,28 +24,7 @@ from swaplab.grill.outcome import FAIL, LOOPED, PASS, TRUNCATED, Sampling
 TASKS = {task.name: task for task in agent_tasks()}
 
 
-def task_rule(task, calls=None, *, then: dict | None = None) -> dict:
-    """A script rule playing `calls` (default: the reference) one per turn for `task`, then answering."""
-    calls = task.reference if calls is None else calls
-    replies = [{"tool_calls": [{"name": call.name, "arguments": dict(call.arguments)}]} for call in calls]
-    return {"match": re.escape(task.prompt[:160]), "replies": replies or [then], "then": then or {"content": "Done."}}
 
-
-@pytest.fixture
-def scripted(tmp_path):
-    """A sim replaying a script (plain data), stopped at the end."""
-    started: list[Sim] = []
-
-    def start(script: dict) -> Sim:
-        path = tmp_path / f"script-{len(started)}.json"
-        path.write_text(json.dumps(script))
-        sim = Sim(tmp_path, "--script", str(path), model="scripted")
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.close()
 
 
 async def run_scripted(sim: Sim, task, **options):
@@ -174,7 +153,7 @@ def test_loop_rules(turns, looped_at):
 
 
 async def test_a_scripted_reference_completes_every_task(scripted):
-    sim = scripted({"rules": [task_rule(task) for task in TASKS.values()]})
+    sim = scripted({"rules": [agent_rule(task) for task in TASKS.values()]})
     for task in TASKS.values():
         outcome = await run_scripted(sim, task)
         assert outcome.status == PASS, (task.name, outcome.detail)
@@ -190,7 +169,7 @@ async def test_a_scripted_reference_completes_every_task(scripted):
 
 async def test_tool_results_go_back_as_tool_messages_with_their_call_id(scripted):
     task = TASKS["count_errors"]
-    sim = scripted({"rules": [task_rule(task)]})
+    sim = scripted({"rules": [agent_rule(task)]})
     outcome = await run_scripted(sim, task)
     calls = [entry for entry in outcome.transcript if entry["role"] == "assistant" and entry.get("tool_calls")]
     results = [entry for entry in outcome.transcript if entry["role"] == "tool"]
@@ -202,7 +181,7 @@ async def test_tool_results_go_back_as_tool_messages_with_their_call_id(scripted
 
 async def test_repeating_one_call_is_looped(scripted):
     task = TASKS["shop_bugs"]
-    sim = scripted({"rules": [task_rule(task, [task.reference[0]] * 10)]})
+    sim = scripted({"rules": [agent_rule(task, [task.reference[0]] * 10)]})
     outcome = await run_scripted(sim, task)
     assert outcome.status == LOOPED
     assert outcome.steps == REPEAT_LIMIT
@@ -213,7 +192,7 @@ async def test_repeating_one_call_is_looped(scripted):
 async def test_no_progress_is_looped(scripted):
     task = TASKS["median_bug"]
     wandering = [ToolCall("read_file", {"path": f"notes{n}.txt"}) for n in range(IDLE_TURNS)] * 3
-    sim = scripted({"rules": [task_rule(task, wandering)]})
+    sim = scripted({"rules": [agent_rule(task, wandering)]})
     outcome = await run_scripted(sim, task)
     assert outcome.status == LOOPED and outcome.steps == 2 * IDLE_TURNS
     assert "turns in a row without a new call or a change" in outcome.detail
@@ -227,7 +206,7 @@ async def test_escapes_are_refused_through_the_model_too(scripted, tmp_path):
         ToolCall("write_file", {"path": "../../../../../../" + str(target), "content": "7"}),
         ToolCall("read_file", {"path": "/etc/hostname"}),
     ]
-    sim = scripted({"rules": [task_rule(task, calls)]})
+    sim = scripted({"rules": [agent_rule(task, calls)]})
     outcome = await run_scripted(sim, task)
     results = [entry for entry in outcome.transcript if entry["role"] == "tool"]
     assert all(result["error"] and "outside the workspace" in result["content"] for result in results)

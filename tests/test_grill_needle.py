@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import aiohttp
-import pytest
-from procs import Sim
 
 from swaplab.client import OpenAIClient
 from swaplab.grill.needle import (
@@ -23,20 +20,6 @@ from swaplab.grill.outcome import FAIL, INCONCLUSIVE, PASS, Sampling
 DEPTHS = [0.1, 0.5, 0.9]
 
 
-@pytest.fixture
-def scripted(tmp_path):
-    started: list[Sim] = []
-
-    def start(script: dict) -> Sim:
-        path = tmp_path / f"script-{len(started)}.json"
-        path.write_text(json.dumps(script))
-        sim = Sim(tmp_path, "--script", str(path), model="scripted")
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.close()
 
 
 def test_cells_are_deterministic_and_each_fact_unique():

@@ -10,31 +10,13 @@ import json
 import re
 
 import pytest
-from procs import Sim, free_port, run_swaplab
+from procs import free_port, run_swaplab
+from scripts import agent_rule, code_rule, fenced
 
 from swaplab.grill.agent import agent_tasks
 from swaplab.grill.code import code_tasks
 from swaplab.grill.needle import needle_cells
 from swaplab.results.runs import get_run, list_runs
-
-
-def fenced(code: str) -> str:
-    return f"Here it is:\n\n```python\n{code.rstrip()}\n```\n"
-
-
-def prompt_pattern(prompt: str) -> str:
-    """A regex that finds this task's prompt (and no other) in a request's messages."""
-    return re.escape(prompt.strip()[:160])
-
-
-def code_rule(task, reply: dict) -> dict:
-    return {"match": prompt_pattern(task.prompt), "replies": [reply]}
-
-
-def agent_rule(task, calls=None, *, then: dict | None = None) -> dict:
-    calls = task.reference if calls is None else calls
-    replies = [{"tool_calls": [{"name": call.name, "arguments": call.arguments}]} for call in calls]
-    return {"match": prompt_pattern(task.prompt), "replies": replies or [then], "then": then or {"content": "Done."}}
 
 
 def perfect_script() -> dict:
@@ -44,22 +26,17 @@ def perfect_script() -> dict:
 
 
 @pytest.fixture
-def grill(tmp_path):
-    """Runs `swaplab grill run` against a sim replaying `script`; returns (exit, stderr, stored run)."""
+def grill(tmp_path, scripted):
+    """Runs `swaplab grill run` against a sim replaying `script`; returns (the finished command, the stored run)."""
     db = tmp_path / "grill.db"
 
     def run(script: dict, *args: str):
-        path = tmp_path / f"script-{len(list(tmp_path.glob('script-*')))}.json"
-        path.write_text(json.dumps(script))
-        sim = Sim(tmp_path, "--script", str(path), model="scripted")
-        try:
-            report = tmp_path / "report.json"
-            done = run_swaplab(
-                "grill", "run", "--url", sim.url, "--db", str(db), "--json", str(report),
-                "--transcripts", str(tmp_path / "transcripts"), *args,
-            )
-        finally:
-            sim.close()
+        sim = scripted(script)
+        report = tmp_path / "report.json"
+        done = run_swaplab(
+            "grill", "run", "--url", sim.url, "--db", str(db), "--json", str(report),
+            "--transcripts", str(tmp_path / "transcripts"), *args,
+        )
         run_row = get_run(db, json.loads(report.read_text())["run_id"]) if done.returncode in (0, 1) else None
         return done, run_row
 
@@ -163,17 +140,12 @@ def test_compare_separates_a_good_model_from_a_broken_one_and_not_a_model_from_i
 
 
 @pytest.mark.parametrize("case", ["unreachable", "unknown-task", "unknown-model"])
-def test_bad_input_is_one_line_exit_2_and_nothing_stored(tmp_path, case):
+def test_bad_input_is_one_line_exit_2_and_nothing_stored(tmp_path, scripted, case):
     db = tmp_path / "grill.db"
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"rules": []}))
-    sim = Sim(tmp_path, "--script", str(script), model="scripted")
-    try:
-        url = f"http://127.0.0.1:{free_port()}" if case == "unreachable" else sim.url
-        args = {"unknown-task": ["--tasks", "no_such_task"], "unknown-model": ["--model", "nope"]}.get(case, [])
-        done = run_swaplab("grill", "run", "--url", url, "--db", str(db), "--suite", "code", "--reps", "1", *args)
-    finally:
-        sim.close()
+    sim = scripted({"rules": []})
+    url = f"http://127.0.0.1:{free_port()}" if case == "unreachable" else sim.url
+    args = {"unknown-task": ["--tasks", "no_such_task"], "unknown-model": ["--model", "nope"]}.get(case, [])
+    done = run_swaplab("grill", "run", "--url", url, "--db", str(db), "--suite", "code", "--reps", "1", *args)
     assert done.returncode == 2, done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("swaplab: "), done.stderr

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from swaplab import __version__
+from swaplab.argtypes import float_list, int_list
 from swaplab.errors import ConfigError, SwaplabError
 
 
@@ -120,12 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         workload.add_argument("--api-key", help="bearer token for the server (default: $OPENAI_API_KEY)")
         workload.add_argument("--selftest", action="store_true", help="measure the client's overhead afresh before the run")
         if name == "throughput":
-            workload.add_argument("--input-tokens", type=_int_list, default=[1024], help="prompt length (default 1024)")
-            workload.add_argument("--concurrency", type=_int_list, default=[], help="levels, comma-separated (default 1,2,4,8)")
-            workload.add_argument("--rate", type=_float_list, default=[], help="Poisson arrivals per second instead, comma-separated levels")
+            workload.add_argument("--input-tokens", type=int_list, default=[1024], help="prompt length (default 1024)")
+            workload.add_argument("--concurrency", type=int_list, default=[], help="levels, comma-separated (default 1,2,4,8)")
+            workload.add_argument("--rate", type=float_list, default=[], help="Poisson arrivals per second instead, comma-separated levels")
             workload.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals (default 0)")
         elif name == "prefill":
-            workload.add_argument("--input-tokens", type=_int_list, default=[], help="prompt lengths (default 1024,8192,32768, capped at the context)")
+            workload.add_argument("--input-tokens", type=int_list, default=[], help="prompt lengths (default 1024,8192,32768, capped at the context)")
         else:
             workload.add_argument("--prefix-tokens", type=int, help="shared prefix length (default 4096, capped at the context)")
             workload.add_argument("--suffix-tokens", type=int, default=64, help="fresh suffix after it (default 64)")
@@ -156,20 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_grill_parser(commands)
     add_launch_parser(commands)
     return parser
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

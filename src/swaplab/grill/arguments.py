@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from swaplab.argtypes import float_list, int_list
+
 SUITES = ("code", "agent", "needle", "humaneval")
 DB_HELP = "the swaplab database runs are stored in (default: $SWAPLAB_DB or the user's data directory)"
 
@@ -14,20 +16,6 @@ def _suites(text: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"suites are {', '.join(SUITES)}; got {text!r}")
     return names
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {text!r}") from None
 
 
 def add_grill_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,8 +30,8 @@ def add_grill_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--temperature", type=float, help="sampling temperature (default: the model's metadata, else 0.2)")
     run.add_argument("--max-tokens", type=int, default=2048, help="answer budget per request (default 2048)")
     run.add_argument("--tasks", help="only these tasks, comma-separated names")
-    run.add_argument("--needle-lengths", type=_ints, default=[], help="haystack lengths in tokens (default: 1024 up to the context)")
-    run.add_argument("--needle-depths", type=_floats, default=[0.1, 0.5, 0.9], help="fact depths (default 0.1,0.5,0.9)")
+    run.add_argument("--needle-lengths", type=int_list, default=[], help="haystack lengths in tokens (default: 1024 up to the context)")
+    run.add_argument("--needle-depths", type=float_list, default=[0.1, 0.5, 0.9], help="fact depths (default 0.1,0.5,0.9)")
     run.add_argument("--transcripts", metavar="DIR", help="where transcripts go (default: next to the database)")
     run.add_argument("--api-key", help="bearer token for the server (default: $OPENAI_API_KEY)")
     run.add_argument("--db", help=DB_HELP)
