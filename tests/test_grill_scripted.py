@@ -160,3 +160,15 @@ def test_selfcheck_proves_every_suite():
     for suite, count in (("code", 18), ("agent", 11), ("needle", 3), ("humaneval", 164)):
         assert re.search(rf"{suite}\s+│\s+{count}\s+│\s+{count}/{count}", done.stdout), done.stdout
     assert "Every task proved itself." in done.stdout
+
+
+def test_humaneval_runs_through_the_same_runner_and_is_its_own_round(grill):
+    from swaplab.grill.humaneval import humaneval_tasks
+
+    first, second = humaneval_tasks()[:2]
+    script = {"rules": [code_rule(first, {"content": fenced(first.reference)}), code_rule(second, {"content": "No idea."})]}
+    done, run = grill(script, "--suite", "humaneval", "--reps", "1", "--tasks", f"{first.name},{second.name}")
+    assert done.returncode == 0, done.stderr
+    assert statuses(run) == {first.name: "pass", second.name: "fail"}
+    assert rounds_of(run) == {"humaneval": (1, 2)}
+    assert run["summary"]["headline"] == "1/2"

@@ -139,3 +139,42 @@ def test_doctor_reports_an_unreachable_node_with_a_hint(gang, tmp_path, sshd):
     assert result.returncode == 1
     assert "FAIL  127.0.0.1        ssh      cannot reach 127.0.0.1 over ssh" in result.stdout
     assert "fix: make `ssh 127.0.0.1 true` work without a prompt" in result.stdout
+
+
+def test_a_signal_to_foreground_up_stops_the_whole_gang(gang, tmp_path):
+    # What a router without cmdStop does to a model's process: SIGTERM, and it must leave nothing.
+    gang.recipe(sim_args())
+    supervisor = SwaplabProcess(gang.arguments("up", "--foreground"), tmp_path / "up.log", env=gang.env)
+    try:
+        wait_until(lambda: "ready: " in supervisor.output() or supervisor.popen.poll() is not None, GANG_TIMEOUT, "up to be ready")
+        assert supervisor.popen.poll() is None, supervisor.output()
+        wait_until(lambda: set(rank_processes(gang.slug)) == {"0", "1"}, 60, "both ranks to run")
+        supervisor.popen.send_signal(signal.SIGTERM)
+        code = supervisor.wait(GANG_TIMEOUT)
+        output = supervisor.output()
+    finally:
+        supervisor.close()
+    assert code == 0, output
+    assert_nothing_left(gang)
+
+
+def test_a_gang_whose_supervisor_was_killed_is_cleaned_up_by_the_next_up(gang, tmp_path):
+    # SIGKILL can't be caught: the detached ranks outlive their supervisor, and the next `up`
+    # (what a router does when the model is asked for again) must stop them before starting anew.
+    gang.recipe(sim_args())
+    supervisor = SwaplabProcess(gang.arguments("up", "--foreground"), tmp_path / "up.log", env=gang.env)
+    try:
+        wait_until(lambda: "ready: " in supervisor.output() or supervisor.popen.poll() is not None, GANG_TIMEOUT, "up to be ready")
+        wait_until(lambda: set(rank_processes(gang.slug)) == {"0", "1"}, 60, "both ranks to run")
+        orphans = {rank: process.pid for rank, process in rank_processes(gang.slug).items()}
+        supervisor.popen.send_signal(signal.SIGKILL)
+        supervisor.wait(GANG_TIMEOUT)
+    finally:
+        supervisor.close()
+    up = gang.launch("up", timeout=GANG_TIMEOUT)
+    assert up.returncode == 0, up.stderr
+    assert not any(alive(pid) for pid in orphans.values())
+    fresh = {rank: process.pid for rank, process in rank_processes(gang.slug).items()}
+    assert set(fresh) == {"0", "1"} and not set(fresh.values()) & set(orphans.values())
+    assert gang.launch("down").returncode == 0
+    assert_nothing_left(gang)
