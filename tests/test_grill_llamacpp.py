@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from procs import Router, run_swaplab
@@ -56,7 +57,7 @@ def test_the_code_suite_on_smollm2_twice_is_stored_with_rounds_and_transcripts(r
     assert all(request["error"] is None and request["completion_tokens"] for request in run["requests"])
     log = summary["log"]
     for request in run["requests"]:
-        transcript = json.loads(open(f"{log}/{request['data']['transcript']}").read())
+        transcript = json.loads((Path(log) / request["data"]["transcript"]).read_text())
         assert transcript["transcript"][-1]["role"] in ("assistant", "sandbox"), request["level"]
     assert "r1" in done.stdout and "/18" in done.stdout
 
