@@ -147,6 +147,8 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
     started_at = time.time()
     clock = WallClock()
     notes: list[str] = []
+    if "needle" in settings.suites and settings.tasks:
+        notes.append("needle left out: --tasks picks tasks by name, and the needle grid has none")
     outcomes: list[tuple[int, TaskOutcome]] = []
     async with OpenAIClient(settings.url, api_key=settings.api_key) as client:
         observer.phase("reaching the model")
