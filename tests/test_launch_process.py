@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import signal
+from contextlib import contextmanager
 
 import psutil
 import sshd as loopback
@@ -26,6 +27,19 @@ def assert_nothing_left(gang) -> None:
     assert not left, f"gang processes still running on the nodes: {[(p.pid, p.cmdline()) for p in left]}"
     for address in ("127.0.0.1", "127.0.0.2"):
         assert http_status(f"{gang.url(address)}/health") is None
+
+
+@contextmanager
+def foreground_up(gang, tmp_path):
+    """`launch up --foreground` as a router would run it, once it says ready and both ranks run; closed after."""
+    supervisor = SwaplabProcess(gang.arguments("up", "--foreground"), tmp_path / "up.log", env=gang.env)
+    try:
+        wait_until(lambda: "ready: " in supervisor.output() or supervisor.popen.poll() is not None, GANG_TIMEOUT, "up to be ready")
+        assert supervisor.popen.poll() is None, supervisor.output()
+        wait_until(lambda: set(rank_processes(gang.slug)) == {"0", "1"}, 60, "both ranks to run")
+        yield supervisor
+    finally:
+        supervisor.close()
 
 
 
@@ -73,18 +87,12 @@ def test_up_reaches_ready_logs_merge_both_ranks_and_down_leaves_nothing(gang):
 
 def test_killing_one_rank_stops_the_gang_and_foreground_up_exits_nonzero(gang, tmp_path):
     gang.recipe(sim_args())
-    supervisor = SwaplabProcess(gang.arguments("up", "--foreground"), tmp_path / "up.log", env=gang.env)
-    try:
-        wait_until(lambda: "ready: " in supervisor.output() or supervisor.popen.poll() is not None, GANG_TIMEOUT, "up to be ready")
-        assert supervisor.popen.poll() is None, supervisor.output()
+    with foreground_up(gang, tmp_path) as supervisor:
         wait_until(lambda: http_status(f"{gang.url('127.0.0.2')}/v1/models") == 200, 60, "rank 1 to serve")
         ranks = rank_processes(gang.slug)
-        assert set(ranks) == {"0", "1"}, ranks
         ranks["1"].send_signal(signal.SIGKILL)
         code = supervisor.wait(GANG_TIMEOUT)
         output = supervisor.output()
-    finally:
-        supervisor.close()
     assert code == 1, output
     assert "the gang failed: rank 1 on 127.0.0.2 exited with code 137" in output
     assert f"sim: model sim-model listening on http://127.0.0.2:{gang.port}" in output.split("the gang failed:")[1]
@@ -144,16 +152,10 @@ def test_doctor_reports_an_unreachable_node_with_a_hint(gang, tmp_path, sshd):
 def test_a_signal_to_foreground_up_stops_the_whole_gang(gang, tmp_path):
     # What a router without cmdStop does to a model's process: SIGTERM, and it must leave nothing.
     gang.recipe(sim_args())
-    supervisor = SwaplabProcess(gang.arguments("up", "--foreground"), tmp_path / "up.log", env=gang.env)
-    try:
-        wait_until(lambda: "ready: " in supervisor.output() or supervisor.popen.poll() is not None, GANG_TIMEOUT, "up to be ready")
-        assert supervisor.popen.poll() is None, supervisor.output()
-        wait_until(lambda: set(rank_processes(gang.slug)) == {"0", "1"}, 60, "both ranks to run")
+    with foreground_up(gang, tmp_path) as supervisor:
         supervisor.popen.send_signal(signal.SIGTERM)
         code = supervisor.wait(GANG_TIMEOUT)
         output = supervisor.output()
-    finally:
-        supervisor.close()
     assert code == 0, output
     assert_nothing_left(gang)
 
@@ -162,15 +164,10 @@ def test_a_gang_whose_supervisor_was_killed_is_cleaned_up_by_the_next_up(gang, t
     # SIGKILL can't be caught: the detached ranks outlive their supervisor, and the next `up`
     # (what a router does when the model is asked for again) must stop them before starting anew.
     gang.recipe(sim_args())
-    supervisor = SwaplabProcess(gang.arguments("up", "--foreground"), tmp_path / "up.log", env=gang.env)
-    try:
-        wait_until(lambda: "ready: " in supervisor.output() or supervisor.popen.poll() is not None, GANG_TIMEOUT, "up to be ready")
-        wait_until(lambda: set(rank_processes(gang.slug)) == {"0", "1"}, 60, "both ranks to run")
+    with foreground_up(gang, tmp_path) as supervisor:
         orphans = {rank: process.pid for rank, process in rank_processes(gang.slug).items()}
         supervisor.popen.send_signal(signal.SIGKILL)
         supervisor.wait(GANG_TIMEOUT)
-    finally:
-        supervisor.close()
     up = gang.launch("up", timeout=GANG_TIMEOUT)
     assert up.returncode == 0, up.stderr
     assert not any(alive(pid) for pid in orphans.values())
