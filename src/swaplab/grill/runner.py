@@ -124,13 +124,13 @@ def _bound(ask: Callable[..., Awaitable[TaskOutcome]], task: Any) -> Callable[[O
     return bound
 
 
-def needle_lengths(context_tokens: int | None, answer_budget: int) -> list[int]:
-    """1k, 4k, 16k, ... as long as a prompt of that length and its answer fit the context."""
+def needle_lengths(context_tokens: int | None) -> list[int]:
+    """1k, 4k, 16k, ... up to the context (just 1k when the server doesn't say it)."""
     if context_tokens is None:
         return [FIRST_NEEDLE_LENGTH]
     lengths = []
     length = FIRST_NEEDLE_LENGTH
-    while length + answer_budget <= context_tokens:
+    while length < context_tokens:
         lengths.append(length)
         length *= NEEDLE_LENGTH_STEP
     return lengths
@@ -157,14 +157,17 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
         if temperature is None:
             temperature = await metadata_temperature(client, info)
         sampling = Sampling(temperature=temperature, max_tokens=settings.max_tokens)
-        lengths = settings.needle_lengths or needle_lengths(info.context_tokens, settings.max_tokens)
-        if run_needle_suite and not lengths:
-            notes.append(
-                f"needle left out: {info.model}'s context of {info.context_tokens} tokens has no room for a "
-                f"{FIRST_NEEDLE_LENGTH}-token haystack and a {settings.max_tokens}-token answer; "
-                "lower --max-tokens or pass --needle-lengths"
-            )
-        needle_cells = len(lengths) * len(settings.needle_depths) if run_needle_suite else 0
+        asked = settings.needle_lengths or needle_lengths(info.context_tokens)
+        lengths: list[int] = []
+        if run_needle_suite:
+            from swaplab.grill.needle import lengths_that_fit
+
+            # The same rule run_needle applies, here to plan the progress bar and say what is left out.
+            lengths, left_out = lengths_that_fit(asked, info.context_tokens, settings.max_tokens, model=info.model)
+            notes += left_out
+            if not lengths:
+                notes.append("needle left out: no haystack fits; lower --max-tokens or pass --needle-lengths")
+        needle_cells = len(lengths) * len(settings.needle_depths)
         observer.planned((len(jobs) + needle_cells) * settings.reps)
 
         for rep in range(1, settings.reps + 1):
@@ -173,12 +176,13 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
                 outcome = await job.ask(client, info.model, sampling)
                 outcomes.append((rep, outcome))
                 observer.task_done(rep, outcome)
-            if run_needle_suite and lengths:
+            if lengths:
                 from swaplab.grill.needle import run_needle
 
                 observer.task_started(rep, "needle", f"{needle_cells} cells")
+                # Every length asked for: a cell's fact comes from the whole grid, fitting or not.
                 for outcome in await run_needle(
-                    client, info.model, sampling, depths=settings.needle_depths, lengths=lengths
+                    client, info.model, sampling, depths=settings.needle_depths, lengths=asked
                 ):
                     outcomes.append((rep, outcome))
                     observer.task_done(rep, outcome)
