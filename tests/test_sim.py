@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 import aiohttp
+import anthropic
 import pytest
 
 from procs import SwaplabProcess, free_port
@@ -16,6 +17,7 @@ from swaplab.sim.plan import BadRequest, answer_text, plan_request
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+MESSAGES = "/v1/messages"
 
 
 @dataclass
@@ -340,6 +342,189 @@ async def test_a_taken_port_is_a_user_error(start_sim, tmp_path):
         second.close()
 
 
+# -- Anthropic's Messages API, read with the official SDK ------------------------------
+
+NICE = [{"role": "user", "content": "say something nice"}]
+
+
+def anthropic_client(sim: RunningSim) -> anthropic.AsyncAnthropic:
+    # No retries: a test that provokes a 400 or a 503 must see that one answer.
+    return anthropic.AsyncAnthropic(base_url=sim.url, api_key="unused", max_retries=0)
+
+
+async def test_messages_answer_is_an_anthropic_message(start_sim, session):
+    sim = start_sim("--default-max-tokens", "5")
+    body = {
+        "model": "asked-for",
+        "max_tokens": 3,
+        "system": [{"type": "text", "text": "be brief"}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "two words"}, {"type": "image", "source": {}}]},
+            {"role": "assistant", "content": "fine"},
+            {"role": "user", "content": "three more words"},
+        ],
+    }
+    async with session.post(sim.url + MESSAGES, json=body) as response:
+        assert response.status == 200
+        assert await response.json() == {
+            "id": "msg_sim1",
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "text", "text": " tok0 tok1 tok2"}],
+            "model": "asked-for",
+            "stop_reason": "max_tokens",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 8, "output_tokens": 3},
+        }
+
+    async with anthropic_client(sim) as client:
+        message = await client.messages.create(model="m", max_tokens=4, system="be brief", messages=NICE)
+        counted = await client.messages.count_tokens(model="m", system=body["system"], messages=body["messages"])
+    assert isinstance(message, anthropic.types.Message)
+    assert (message.id, message.model, message.stop_reason) == ("msg_sim2", "m", "max_tokens")
+    assert [block.text for block in message.content] == [" tok0 tok1 tok2 tok3"]
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (5, 4)
+    assert counted.input_tokens == 8
+    # count_tokens generates nothing: it is not a generation request.
+    assert await stats_of(session, sim) == {"requests": 2, "active": 0, "completed": 2, "cancelled": 0}
+
+
+async def test_messages_stream_event_by_event(start_sim):
+    sim = start_sim()
+    async with anthropic_client(sim) as client:
+        stream = await client.messages.create(model="asked-for", max_tokens=3, messages=NICE, stream=True)
+        assert stream.response.headers["content-type"] == "text/event-stream"
+        events = [event async for event in stream]
+
+    assert [event.type for event in events] == [
+        "message_start",
+        "content_block_start",
+        *["content_block_delta"] * 3,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    start = events[0].message
+    assert (start.id, start.model, start.content, start.stop_reason) == ("msg_sim1", "asked-for", [], None)
+    # Anthropic counts the first output token in message_start; message_delta has the total.
+    assert (start.usage.input_tokens, start.usage.output_tokens) == (3, 1)
+    assert events[1].index == 0 and events[1].content_block.type == "text"
+    assert [event.delta.text for event in events[2:5]] == [" tok0", " tok1", " tok2"]
+    assert {event.index for event in events[2:6]} == {0}
+    assert events[6].delta.stop_reason == "max_tokens"
+    assert events[6].usage.output_tokens == 3
+
+
+async def test_messages_stream_helper_builds_the_whole_message(start_sim):
+    sim = start_sim()
+    async with anthropic_client(sim) as client:
+        async with client.messages.stream(model="m", max_tokens=3, system="be brief", messages=NICE) as stream:
+            texts = [text async for text in stream.text_stream]
+            final = await stream.get_final_message()
+    assert "".join(texts) == " tok0 tok1 tok2"
+    assert [block.text for block in final.content] == [" tok0 tok1 tok2"]
+    assert final.stop_reason == "max_tokens"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (5, 3)
+
+
+async def test_messages_stream_keeps_ttft_and_pace(start_sim):
+    sim = start_sim("--ttft-ms", "200", "--tokens-per-second", "20")
+    arrivals: list[tuple[str, float]] = []
+    async with anthropic_client(sim) as client:
+        sent = time.monotonic()
+        stream = await client.messages.create(model="m", max_tokens=4, messages=NICE, stream=True)
+        async for event in stream:
+            arrivals.append((event.type, time.monotonic() - sent))
+    # Lower bounds only: nothing of the body before TTFT (0.2 s), token i not before 0.2 + i / 20 s.
+    assert arrivals[0][0] == "message_start" and arrivals[0][1] >= 0.2 - 0.005, arrivals
+    tokens = [arrival for kind, arrival in arrivals if kind == "content_block_delta"]
+    assert len(tokens) == 4
+    for index, arrival in enumerate(tokens):
+        assert arrival >= 0.2 + index * 0.05 - 0.005, arrivals
+
+
+async def test_messages_bad_requests_are_anthropic_400s_and_not_counted(start_sim, session):
+    sim = start_sim()
+    async with anthropic_client(sim) as client:
+        # The SDK insists on max_tokens itself, so the body without it goes through its raw post.
+        with pytest.raises(anthropic.BadRequestError) as missing:
+            await client.post(MESSAGES, cast_to=anthropic.types.Message, body={"model": "m", "messages": NICE})
+        with pytest.raises(anthropic.BadRequestError) as zero:
+            await client.messages.create(model="m", max_tokens=0, messages=NICE)
+        with pytest.raises(anthropic.BadRequestError) as no_messages:
+            await client.messages.count_tokens(model="m", messages=[])
+    assert missing.value.status_code == 400
+    assert missing.value.body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "'max_tokens' is required: an integer of at least 1"},
+    }
+    assert zero.value.body["error"]["type"] == "invalid_request_error"
+    assert "messages" in no_messages.value.body["error"]["message"]
+
+    async with session.post(sim.url + MESSAGES, data=b"{not json") as response:
+        assert response.status == 400
+        error = await response.json()
+    assert error["type"] == "error" and error["error"]["message"].startswith("invalid JSON body")
+    assert (await stats_of(session, sim))["requests"] == 0
+
+
+async def test_messages_while_loading_are_anthropic_503s(start_sim, session):
+    sim = start_sim("--load-seconds", "600")
+    async with anthropic_client(sim) as client:
+        with pytest.raises(anthropic.InternalServerError) as generating:
+            await client.messages.create(model="m", max_tokens=3, messages=NICE, stream=True)
+        with pytest.raises(anthropic.InternalServerError) as counting:
+            await client.messages.count_tokens(model="m", messages=NICE)
+    for refused in (generating.value, counting.value):
+        assert refused.status_code == 503
+        assert refused.body == {"type": "error", "error": {"type": "overloaded_error", "message": "model sim-model is loading"}}
+    assert (await stats_of(session, sim))["requests"] == 0
+
+
+async def test_crash_after_tokens_counts_every_route_and_cuts_a_messages_stream(start_sim, session):
+    sim = start_sim("--crash-after-tokens", "5")
+    async with session.post(sim.url + CHAT, json=chat_body(max_tokens=3)) as response:
+        assert (await response.json())["choices"][0]["message"]["content"] == " tok0 tok1 tok2"
+
+    seen = []
+    async with anthropic_client(sim) as client:
+        stream = await client.messages.create(model="m", max_tokens=20, messages=NICE, stream=True)
+        # The body ends without its last chunk: the SDK's HTTP library says so.
+        with pytest.raises(Exception, match="incomplete chunked read"):
+            async for event in stream:
+                seen.append(event)
+    # Three tokens went to the chat request; the fifth in total was the last one out.
+    assert [event.type for event in seen] == ["message_start", "content_block_start", "content_block_delta", "content_block_delta"]
+    assert [event.delta.text for event in seen[2:]] == [" tok0", " tok1"]
+    assert sim.process.wait(30) == 1
+    assert "crashing after 5 tokens" in sim.process.output()
+
+
+async def test_disconnect_from_a_messages_stream_is_counted_cancelled(start_sim, session):
+    # One token a second: the cancel is counted from the closed connection, before the next write.
+    sim = start_sim("--tokens-per-second", "1")
+    async with anthropic_client(sim) as client:
+        async with client.messages.stream(model="m", max_tokens=50, messages=NICE) as stream:
+            async for event in stream:
+                if event.type == "text":
+                    break
+            assert await stats_of(session, sim) == {"requests": 1, "active": 1, "completed": 0, "cancelled": 0}
+    stats, _ = await wait_for_stats(session, sim, lambda stats: stats["cancelled"] == 1)
+    assert stats == {"requests": 1, "active": 0, "completed": 0, "cancelled": 1}
+
+
+async def test_messages_stream_headers_come_at_once_and_leaving_during_ttft_is_cancelled(start_sim, session):
+    sim = start_sim("--ttft-ms", "600000")
+    async with anthropic_client(sim) as client:
+        # create(stream=True) returns on the response headers: they did not wait for the first token.
+        stream = await client.messages.create(model="m", max_tokens=5, messages=NICE, stream=True)
+        assert stream.response.status_code == 200
+        assert await stats_of(session, sim) == {"requests": 1, "active": 1, "completed": 0, "cancelled": 0}
+        await stream.close()
+    stats, _ = await wait_for_stats(session, sim, lambda stats: stats["cancelled"] == 1)
+    assert stats == {"requests": 1, "active": 0, "completed": 0, "cancelled": 1}
+
+
 # The request reading is a pure function: a table, no server.
 @pytest.mark.parametrize(
     ("kind", "body", "expected"),
@@ -358,6 +543,19 @@ def test_plan_reads_prompt_size_and_answer_length(kind, body, expected):
     assert plan.model == "d" and not plan.stream and not plan.include_usage
 
 
+def test_plan_reads_a_messages_body():
+    body = {
+        "model": "m",
+        "max_tokens": 2,
+        "system": [{"type": "text", "text": "a b"}, {"type": "text", "text": "c"}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "d e"}]}, {"role": "assistant", "content": "f"}],
+        "stream": True,
+    }
+    plan = plan_request("messages", body, default_model="d", default_max_tokens=7)
+    assert (plan.kind, plan.model, plan.stream) == ("messages", "m", True)
+    assert (plan.prompt_tokens, plan.completion_tokens, plan.finish_reason) == (6, 2, "length")
+
+
 @pytest.mark.parametrize(
     ("kind", "body"),
     [
@@ -368,6 +566,11 @@ def test_plan_reads_prompt_size_and_answer_length(kind, body, expected):
         ("chat", {"messages": [{"content": "x"}], "stream": "yes"}),
         ("completion", {}),
         ("completion", {"prompt": [None]}),
+        ("messages", {"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+        ("messages", {"model": "m", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}),
+        ("messages", {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}),
+        ("messages", {"model": "m", "max_tokens": 5, "messages": []}),
+        ("messages", {"model": "m", "max_tokens": 5, "system": 3, "messages": [{"role": "user", "content": "x"}]}),
     ],
 )
 def test_plan_rejects_malformed_bodies(kind, body):

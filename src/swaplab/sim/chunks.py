@@ -14,6 +14,8 @@ from swaplab.sim.plan import TOKEN_PREFIX, Plan, answer_text
 from swaplab.sim.script import ScriptedReply
 
 DONE = b"data: [DONE]\n\n"
+# The error types OpenAI-compatible servers give the statuses the sim answers with.
+ERROR_TYPES = {400: "invalid_request_error", 503: "unavailable_error"}
 
 
 class StreamEncoder:
@@ -145,6 +147,6 @@ def whole_answer(plan: Plan, request_id: str, created: int) -> dict[str, Any]:
     }
 
 
-def error_body(message: str, error_type: str, code: int) -> dict[str, Any]:
-    """An OpenAI-style error object."""
-    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """An OpenAI-style error object for an HTTP status the sim answers with."""
+    return {"error": {"message": message, "type": ERROR_TYPES[status], "param": None, "code": status}}

@@ -1,4 +1,4 @@
-"""What the sim generates for one request: a pure reading of an OpenAI request body."""
+"""What the sim generates for one request: a pure reading of an OpenAI or Anthropic request body."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from swaplab.sim.script import Script, ScriptedReply
 
-Kind = Literal["chat", "completion"]
+# "messages" is Anthropic's Messages API (/v1/messages); the others are OpenAI's.
+Kind = Literal["chat", "completion", "messages"]
 
 
 class BadRequest(Exception):
@@ -28,6 +29,7 @@ class Plan:
     # "length" when the request's own limit cut the answer, "stop" when the answer
     # ended at --default-max-tokens, as a model reaching its end-of-sequence would;
     # a scripted reply's own ("tool_calls", or "length" for a truncated thought).
+    # OpenAI's spelling for every kind: the Messages wire format translates it.
     finish_reason: str
     reply: ScriptedReply | None = None  # the script's answer; None: the usual " tok0 tok1 ..."
 
@@ -54,7 +56,7 @@ def answer_text(count: int) -> str:
 def plan_request(
     kind: Kind, body: Any, *, default_model: str, default_max_tokens: int, script: Script | None = None
 ) -> Plan:
-    """Read a chat or completions request body; raises BadRequest on a malformed one.
+    """Read a chat, completions or Messages request body; raises BadRequest on a malformed one.
 
     With a `script`, a chat request it has a reply for gets that reply, whatever its limit.
     """
@@ -66,6 +68,9 @@ def plan_request(
             raise BadRequest("'messages' must be a non-empty list")
         prompt_tokens = sum(_message_words(message) for message in messages)
         limit_keys = ("max_completion_tokens", "max_tokens")
+    elif kind == "messages":
+        prompt_tokens = messages_prompt_tokens(body)
+        limit_keys = ("max_tokens",)
     else:
         if "prompt" not in body:
             raise BadRequest("'prompt' is required")
@@ -73,6 +78,9 @@ def plan_request(
         limit_keys = ("max_tokens", "n_predict")
 
     limit = _requested_limit(body, limit_keys)
+    if kind == "messages" and not limit:
+        # Anthropic requires a positive limit, so a Messages answer always ends at it ("max_tokens").
+        raise BadRequest("'max_tokens' is required: an integer of at least 1")
     if limit is None:
         completion_tokens, finish_reason = default_max_tokens, "stop"
     else:
@@ -103,6 +111,23 @@ def plan_request(
     )
 
 
+def messages_prompt_tokens(body: Any) -> int:
+    """The prompt size of an Anthropic Messages body: words of `system` and of every message.
+
+    Raises BadRequest when the body lacks what Anthropic requires of it (`model`, `messages`).
+    """
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise BadRequest("'model' is required: a string")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list")
+    system = body.get("system")
+    system_words = 0 if system is None else _content_words(system, "'system'")
+    return system_words + sum(_message_words(message) for message in messages)
+
+
 def _requested_limit(body: dict[str, Any], keys: tuple[str, ...]) -> int | None:
     for key in keys:
         value = body.get(key)
@@ -122,17 +147,20 @@ def _message_words(message: Any) -> int:
     if not isinstance(message, dict):
         raise BadRequest("each message must be an object")
     content = message.get("content")
-    if content is None:
-        return 0
+    return 0 if content is None else _content_words(content, "message 'content'")
+
+
+def _content_words(content: Any, what: str) -> int:
+    # A string, or a list of parts (OpenAI) or content blocks (Anthropic): count the text ones.
     if isinstance(content, str):
         return count_words(content)
-    if isinstance(content, list):  # content parts: count the text ones
+    if isinstance(content, list):
         return sum(
             count_words(part["text"])
             for part in content
             if isinstance(part, dict) and isinstance(part.get("text"), str)
         )
-    raise BadRequest("message 'content' must be a string or a list of parts")
+    raise BadRequest(f"{what} must be a string or a list of parts")
 
 
 def _prompt_words(prompt: Any) -> int:

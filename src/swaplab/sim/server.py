@@ -1,4 +1,4 @@
-"""The sim's HTTP server: an OpenAI-compatible backend with exact timing and faults."""
+"""The sim's HTTP server: an OpenAI- and Anthropic-compatible backend with exact timing and faults."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from typing import Any
 from aiohttp import web
 
 from swaplab.errors import SwaplabError
-from swaplab.sim.chunks import StreamEncoder, error_body, whole_answer
-from swaplab.sim.plan import BadRequest, Kind, Plan, plan_request
+from swaplab.sim import chunks, messages
+from swaplab.sim.chunks import StreamEncoder, whole_answer
+from swaplab.sim.messages import MessagesStreamEncoder, whole_message
+from swaplab.sim.plan import BadRequest, Kind, Plan, messages_prompt_tokens, plan_request
 from swaplab.sim.script import Script
 
 # Request bodies can be long prompts; the router forwards at least 64 MiB.
@@ -28,6 +30,7 @@ SHUTDOWN_GRACE_SECONDS = 0.1
 UNPACED_YIELD_EVERY = 16
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+ID_PREFIXES: dict[Kind, str] = {"chat": "chatcmpl-sim", "completion": "cmpl-sim", "messages": "msg_sim"}
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class Sim:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
@@ -101,25 +106,26 @@ class Sim:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "completion")
 
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "messages")
+
     async def _generate(self, request: web.Request, kind: Kind) -> web.StreamResponse:
         started = self._loop.time()
+        error = _anthropic_error if kind == "messages" else _openai_error
         if not self.is_ready():
-            return self._loading_error()
+            return error(503, self._loading_message())
         try:
-            body = await request.json()
             plan = plan_request(
                 kind,
-                body,
+                await _json_body(request),
                 default_model=self.settings.model,
                 default_max_tokens=self.settings.default_max_tokens,
                 script=self.settings.script,
             )
-        except ValueError as error:  # json.JSONDecodeError is a ValueError
-            return _error(400, f"invalid JSON body: {error}", "invalid_request_error")
-        except BadRequest as error:
-            return _error(400, str(error), "invalid_request_error")
+        except BadRequest as bad:
+            return error(400, str(bad))
 
-        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-sim{next(self._ids)}"
+        request_id = f"{ID_PREFIXES[kind]}{next(self._ids)}"
         created = int(time.time())
         stats = self.stats
         stats.requests += 1
@@ -141,6 +147,8 @@ class Sim:
                 await self._pace(started, index)
                 self._count_token()
             finished = True
+            if kind == "messages":
+                return web.json_response(whole_message(plan, request_id))
             return web.json_response(whole_answer(plan, request_id, created))
         finally:
             stats.active -= 1
@@ -152,10 +160,17 @@ class Sim:
     async def _stream(
         self, response: web.StreamResponse, plan: Plan, request_id: str, created: int, started: float
     ) -> None:
-        encoder = StreamEncoder(plan, request_id, created)
+        if plan.kind == "messages":
+            encoder: StreamEncoder | MessagesStreamEncoder = MessagesStreamEncoder(plan, request_id)
+        else:
+            encoder = StreamEncoder(plan, request_id, created)
         opening = encoder.opening()  # goes out with the first token: it is part of TTFT
-        # A scripted reply's events are built up front (one per word); the usual answer's on the fly.
-        scripted = encoder.scripted(plan.reply, request_id) if plan.reply is not None else None
+        # A scripted reply (chat only) has its events built up front, one per word; the usual answer's go on the fly.
+        scripted = (
+            encoder.scripted(plan.reply, request_id)
+            if plan.reply is not None and isinstance(encoder, StreamEncoder)
+            else None
+        )
         count = len(scripted) if scripted is not None else plan.completion_tokens
         for index in range(count):
             await self._pace(started, index)
@@ -187,40 +202,60 @@ class Sim:
 
     # -- everything else ---------------------------------------------------
 
-    def _loading_error(self) -> web.Response:
-        return _error(503, f"model {self.settings.model} is loading", "unavailable_error")
+    def _loading_message(self) -> str:
+        return f"model {self.settings.model} is loading"
 
     async def _health(self, request: web.Request) -> web.Response:
         if self.settings.health_before_ready or self.is_ready():
             return web.json_response({"status": "ok"})
-        return _error(503, "Loading model", "unavailable_error")
+        return _openai_error(503, "Loading model")
 
     async def _models(self, request: web.Request) -> web.Response:
         if not self.is_ready():
-            return self._loading_error()
+            return _openai_error(503, self._loading_message())
         model = {"id": self.settings.model, "object": "model", "created": 0, "owned_by": "swaplab-sim"}
         return web.json_response({"object": "list", "data": [model]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         if not self.is_ready():
-            return self._loading_error()
+            return _openai_error(503, self._loading_message())
         try:
-            body: Any = await request.json()
-        except ValueError as error:
-            return _error(400, f"invalid JSON body: {error}", "invalid_request_error")
+            body = await _json_body(request)
+        except BadRequest as bad:
+            return _openai_error(400, str(bad))
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, str):
-            return _error(400, "'content' must be a string", "invalid_request_error")
+            return _openai_error(400, "'content' must be a string")
         # One token per word, with a stable id per word.
         tokens = [zlib.crc32(word.encode()) & 0x7FFF for word in content.split()]
         return web.json_response({"tokens": tokens})
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        if not self.is_ready():
+            return _anthropic_error(503, self._loading_message())
+        try:
+            input_tokens = messages_prompt_tokens(await _json_body(request))
+        except BadRequest as bad:
+            return _anthropic_error(400, str(bad))
+        return web.json_response({"input_tokens": input_tokens})
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(asdict(self.stats))
 
 
-def _error(status: int, message: str, error_type: str) -> web.Response:
-    return web.json_response(error_body(message, error_type, status), status=status)
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError as error:  # json.JSONDecodeError is a ValueError
+        raise BadRequest(f"invalid JSON body: {error}") from None
+
+
+def _openai_error(status: int, message: str) -> web.Response:
+    return web.json_response(chunks.error_body(status, message), status=status)
+
+
+def _anthropic_error(status: int, message: str) -> web.Response:
+    return web.json_response(messages.error_body(status, message), status=status)
 
 
 def run(settings: SimSettings) -> int:
