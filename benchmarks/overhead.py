@@ -7,11 +7,14 @@
 
 Upstreams: `swaplab sim` unpaced (pure overhead), `swaplab sim` paced at 50 tok/s per
 stream, and llama.cpp's server with SmolLM2 (the real default). Paths are interleaved
-request by request, so drift on a shared machine hits them all alike. It prints ratios
-against the bars of shared/specs/router.md section 4 and exits 1 if one is missed;
-`--json FILE` keeps every raw number.
+request by request, or round by round, so drift on a shared machine hits them all alike.
+It prints ratios against the bars of shared/specs/router.md section 4 and exits 1 if
+one is missed; `--json FILE` keeps every raw number. The burst measure (64 streams
+arriving at one instant) sends from benchmarks/burst.py, prebuilt bytes on warm
+connections, so the 64 requests really leave together.
 
     .venv/bin/python benchmarks/overhead.py [--quick] [--json results.json]
+    .venv/bin/python benchmarks/overhead.py --only burst     # one measure alone
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shlex
 import socket
 import statistics
@@ -31,9 +35,11 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+from burst import Burst, chat_request  # benchmarks/burst.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
+MEASURES = ("c1", "steady", "disconnect", "burst", "llamacpp", "rss")
 
 
 def free_port() -> int:
@@ -192,6 +198,79 @@ async def disconnect_latency(base: str, sim: str, model: str, times: int) -> lis
     return latencies
 
 
+async def burst_ttfb(
+    paths: dict[str, str],
+    model: str,
+    streams: int,
+    max_tokens: int,
+    rounds: int,
+    warm_tokens: int,
+    proxies: dict[str, psutil.Process],
+) -> dict[str, dict[str, list]]:
+    """Per path, per round: the TTFB of each of `streams` streaming requests released at one instant.
+
+    Each path gets its `streams` connections opened first and warmed by two unmeasured
+    bursts of `warm_tokens`-token streams, long enough to overlap, so a proxy's own pool
+    to the upstream holds as many connections as the burst needs before anything is
+    measured. Then round by round, the paths in a rotating order, each path gets one
+    burst. The CPU seconds each proxy process in `proxies` spent on its burst are noted too.
+    """
+    names = list(paths)
+    bursts = {name: Burst(url, streams) for name, url in paths.items()}
+    measured = {name: chat_request(url, chat_body(model, True, max_tokens)) for name, url in paths.items()}
+    warm = {name: chat_request(url, chat_body(model, True, warm_tokens)) for name, url in paths.items()}
+    results: dict[str, dict[str, list]] = {name: {"ttfb": [], "cpu_seconds": []} for name in names}
+
+    def cpu(name: str) -> float:
+        if name not in proxies:
+            return 0.0
+        times = proxies[name].cpu_times()
+        return times.user + times.system
+
+    try:
+        for name in names:
+            await bursts[name].open()
+        for _ in range(2):
+            for name in names:
+                await bursts[name].fire(warm[name])
+        for round_index in range(rounds):
+            order = names[round_index % len(names):] + names[: round_index % len(names)]
+            for name in order:
+                await asyncio.sleep(0.03)  # what the last burst left behind (closing, recording) settles
+                before = cpu(name)
+                replies = await bursts[name].fire(measured[name])
+                if any(reply.events < 2 for reply in replies):
+                    raise RuntimeError(f"{paths[name]}: a burst's response was not a stream of events")
+                await asyncio.sleep(0.01)  # the proxy finishes its bookkeeping after the last byte
+                results[name]["cpu_seconds"].append(cpu(name) - before)
+                results[name]["ttfb"].append([reply.first_byte for reply in replies])
+    finally:
+        for burst in bursts.values():
+            await burst.close()
+    return results
+
+
+def burst_added(results: dict[str, dict[str, list]], path: str) -> list[float]:
+    """Per round, the path's p50 TTFB minus direct's p50 in the same round (measured a moment apart)."""
+    return [
+        statistics.median(theirs) - statistics.median(direct)
+        for theirs, direct in zip(results[path]["ttfb"], results["direct"]["ttfb"], strict=True)
+    ]
+
+
+def bootstrap_ratio(numerator: list[float], denominator: list[float], draws: int = 2000) -> tuple[float, float]:
+    """90% interval of median(numerator) / median(denominator), resampling rounds (paired) with replacement."""
+    rng = random.Random(0)  # the same interval for the same numbers
+    indices = range(len(numerator))
+    ratios = []
+    for _ in range(draws):
+        sample = rng.choices(indices, k=len(numerator))
+        low = max(statistics.median(denominator[i] for i in sample), 1e-9)
+        ratios.append(max(statistics.median(numerator[i] for i in sample), 0.0) / low)
+    ratios.sort()
+    return ratios[int(0.05 * draws)], ratios[int(0.95 * draws)]
+
+
 def router_config(fast: int, paced: int, llama: int | None, smollm2: str | None) -> str:
     sim = f"{shlex.quote(PY)} -m swaplab sim"
     text = f"""
@@ -223,6 +302,15 @@ models:
     return text
 
 
+def measures(text: str) -> tuple[str, ...]:
+    """`--only c1,burst`: the measures named, each one of MEASURES."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in MEASURES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown) or text!r}: measures are {', '.join(MEASURES)}")
+    return names
+
+
 def litellm_available() -> bool:
     try:
         import litellm  # noqa: F401
@@ -236,15 +324,29 @@ async def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples (a smoke run, noisier)")
     parser.add_argument("--no-llamacpp", action="store_true", help="skip the real llama.cpp upstream")
     parser.add_argument("--json", help="write every raw number here")
+    parser.add_argument(
+        "--only", type=measures, default=MEASURES, metavar="MEASURE[,...]",
+        help=f"run only these measures, of: {', '.join(MEASURES)} (default: all)",
+    )
+    parser.add_argument(
+        "--burst-rounds", type=int, help="rounds of the burst measure per upstream (default 60, --quick 10)"
+    )
+    parser.add_argument(
+        "--router-python", default=PY, metavar="COMMAND",
+        help="the command that stands for `python` when starting the router, e.g. to profile it: "
+        "--router-python '.venv/bin/python -m cProfile -o router.prof' (its ratios are then the profiled router's)",
+    )
     args = parser.parse_args()
+    wanted = set(args.only)
     n_c1 = 60 if args.quick else 400
     rounds = 1 if args.quick else 3
     steady_seconds = 4.0 if args.quick else 8.0
     n_llama = 10 if args.quick else 40
     n_disconnect = 5 if args.quick else 20
+    burst_rounds = args.burst_rounds or (10 if args.quick else 60)
 
     smollm2 = None
-    if not args.no_llamacpp:
+    if not args.no_llamacpp and "llamacpp" in wanted:
         try:
             from swaplab.backends.models import smollm2_path
 
@@ -261,7 +363,8 @@ async def main() -> int:
     try:
         router_port = free_port()
         router = processes.spawn("router", [
-            PY, "-m", "swaplab", "serve", "--config", str(config), "--db", str(workdir / "swaplab.db"),
+            *shlex.split(args.router_python), "-m", "swaplab", "serve",
+            "--config", str(config), "--db", str(workdir / "swaplab.db"),
             "--listen", f"127.0.0.1:{router_port}", "--state-dir", str(workdir / "state"),
         ])
         swaplab = f"http://127.0.0.1:{router_port}"
@@ -269,14 +372,15 @@ async def main() -> int:
         rss_at_start = psutil.Process(router.pid).memory_info().rss
         upstreams = {"fast": fast, "paced": paced, **({"llama": llama} if llama else {})}
         passthrough: dict[str, str] = {}
+        passthrough_process: dict[str, psutil.Process] = {}
         for model, port in upstreams.items():
             async with aiohttp.ClientSession() as session:  # load it through the router
                 async with session.post(f"{swaplab}/v1/chat/completions", json=chat_body(model, False, 1)) as r:
                     assert r.status == 200, await r.text()
             pt_port = free_port()
-            processes.spawn(f"passthrough-{model}", [
+            passthrough_process[model] = psutil.Process(processes.spawn(f"passthrough-{model}", [
                 PY, str(HERE / "passthrough.py"), "--port", str(pt_port), "--upstream", f"http://127.0.0.1:{port}",
-            ])
+            ]).pid)
             passthrough[model] = f"http://127.0.0.1:{pt_port}"
             await wait_http(f"{passthrough[model]}/health")
 
@@ -310,7 +414,7 @@ async def main() -> int:
             # Below the clock's resolution both add "nothing": count that as parity.
             return swaplab_added / floor_added if floor_added > 1e-5 else (1.0 if swaplab_added <= 1e-5 else float("inf"))
 
-        for stream in (False, True):
+        for stream in (False, True) if "c1" in wanted else ():
             kind = "streaming" if stream else "non-streaming"
             print(f"c=1 time to first byte, {kind}, sim unpaced: {n_c1} requests per path ...", flush=True)
             samples = await ttfb_c1(paths_for("fast"), "fast", stream, n_c1, 16)
@@ -321,29 +425,69 @@ async def main() -> int:
             if "litellm" in samples:
                 rows.append((f"added TTFB c=1 {kind}, litellm / passthrough", ratio(added_p50(samples, "litellm"), pt), "", None))
 
-        print(f"64 concurrent streams at 50 tok/s, {rounds} round(s) of {steady_seconds:g} s per path ...", flush=True)
-        paced_results = await steady_streams(paths_for("paced"), "paced", 64, 50, steady_seconds, rounds)
-        report["raw"]["paced64"] = paced_results
-        direct_p50 = statistics.median(paced_results["direct"]["ttfb"])
-        sw = statistics.median(paced_results["swaplab"]["ttfb"]) - direct_p50
-        pt = statistics.median(paced_results["passthrough"]["ttfb"]) - direct_p50
-        report["added_ms_paced64"] = {"swaplab": sw * 1e3, "passthrough": pt * 1e3}
-        bar("added TTFB p50 at 64 paced streams, swaplab / passthrough", ratio(max(sw, 0), max(pt, 0)), 1.5)
-        direct_tps = statistics.mean(paced_results["direct"]["throughput"])
-        bar("token throughput at 64 paced streams, swaplab / direct",
-            statistics.mean(paced_results["swaplab"]["throughput"]) / direct_tps, 0.98, higher_is_better=True)
-        rows.append(("token throughput at 64 paced streams, passthrough / direct",
-                     statistics.mean(paced_results["passthrough"]["throughput"]) / direct_tps, "", None))
+        if "steady" in wanted:
+            print(f"64 concurrent streams at 50 tok/s, {rounds} round(s) of {steady_seconds:g} s per path ...", flush=True)
+            paced_results = await steady_streams(paths_for("paced"), "paced", 64, 50, steady_seconds, rounds)
+            report["raw"]["paced64"] = paced_results
+            direct_p50 = statistics.median(paced_results["direct"]["ttfb"])
+            sw = statistics.median(paced_results["swaplab"]["ttfb"]) - direct_p50
+            pt = statistics.median(paced_results["passthrough"]["ttfb"]) - direct_p50
+            report["added_ms_paced64"] = {"swaplab": sw * 1e3, "passthrough": pt * 1e3}
+            bar("added TTFB p50 at 64 paced streams, swaplab / passthrough", ratio(max(sw, 0), max(pt, 0)), 1.5)
+            direct_tps = statistics.mean(paced_results["direct"]["throughput"])
+            bar("token throughput at 64 paced streams, swaplab / direct",
+                statistics.mean(paced_results["swaplab"]["throughput"]) / direct_tps, 0.98, higher_is_better=True)
+            rows.append(("token throughput at 64 paced streams, passthrough / direct",
+                         statistics.mean(paced_results["passthrough"]["throughput"]) / direct_tps, "", None))
 
-        print(f"client disconnects mid-stream: {n_disconnect} per path ...", flush=True)
-        sim_url = f"http://127.0.0.1:{paced}"
-        sw_cancel = await disconnect_latency(swaplab, sim_url, "paced", n_disconnect)
-        pt_cancel = await disconnect_latency(passthrough["paced"], sim_url, "paced", n_disconnect)
-        report["raw"]["disconnect"] = {"swaplab": sw_cancel, "passthrough": pt_cancel}
-        bar("upstream closed after a client disconnect, worst of swaplab's, in units of 100 ms",
-            max(sw_cancel) / 0.1, 1.0)
-        rows.append(("  same, swaplab p50 / passthrough p50",
-                     statistics.median(sw_cancel) / statistics.median(pt_cancel), "", None))
+        # 64 streaming requests at the same instant (a bench or a batch job starting): the
+        # p50 waits behind about half the burst in every process on the way, so what a
+        # proxy adds here is its per-request cost, times 32 or so.
+        for model, label in (("fast", "unpaced sim"), ("paced", "paced sim")) if "burst" in wanted else ():
+            print(f"64 streaming requests released at one instant, {label}: {burst_rounds} rounds per path ...",
+                  flush=True)
+            # 16 tokens unpaced, as at c=1; paced, 8 tokens (140 ms) outlast the burst's first
+            # bytes, so the early streams' relaying competes with the late ones' first bytes
+            # and their endings do not. The warm-up streams are long enough that all 64
+            # overlap, even unpaced.
+            tokens, warm_tokens = (16, 300) if model == "fast" else (8, 8)
+            proxies = {"swaplab": psutil.Process(router.pid), "passthrough": passthrough_process[model]}
+            results = await burst_ttfb(paths_for(model), model, 64, tokens, burst_rounds, warm_tokens, proxies)
+            key = "burst_unpaced" if model == "fast" else "burst_paced"
+            report["raw"][key] = results
+            added = {path: burst_added(results, path) for path in results if path != "direct"}
+            sw, pt = statistics.median(added["swaplab"]), statistics.median(added["passthrough"])
+            # Summed over the rounds: a process's CPU time is counted in 10 ms ticks.
+            cpu_ms = {path: sum(results[path]["cpu_seconds"]) * 1e3 / (64 * burst_rounds) for path in proxies}
+            interval = bootstrap_ratio(added["swaplab"], added["passthrough"])
+            report[f"added_ms_{key}"] = {
+                "method": "per round: p50 of the path's 64 TTFBs minus p50 of direct's 64 in the same round; "
+                "the added value is the median over rounds",
+                "direct_p50_ms_per_round": [statistics.median(r) * 1e3 for r in results["direct"]["ttfb"]],
+                **{path: statistics.median(values) * 1e3 for path, values in added.items()},
+                **{f"{path}_per_round": [v * 1e3 for v in values] for path, values in added.items()},
+                "ratio_90pct_interval": list(interval),
+                "cpu_ms_per_request": cpu_ms,
+            }
+            bar(f"added TTFB p50, burst of 64 streams, {label}, swaplab / passthrough",
+                ratio(max(sw, 0), max(pt, 0)), 1.5)
+            rows.append(("  same, upper end of its 90% interval (bootstrap over rounds)", interval[1], "", None))
+            rows.append(("  same, CPU time of the proxy process per request, swaplab / passthrough",
+                         cpu_ms["swaplab"] / cpu_ms["passthrough"], "", None))
+            if "litellm" in added:
+                rows.append((f"added TTFB p50, burst of 64 streams, {label}, litellm / passthrough",
+                             ratio(max(statistics.median(added["litellm"]), 0), max(pt, 0)), "", None))
+
+        if "disconnect" in wanted:
+            print(f"client disconnects mid-stream: {n_disconnect} per path ...", flush=True)
+            sim_url = f"http://127.0.0.1:{paced}"
+            sw_cancel = await disconnect_latency(swaplab, sim_url, "paced", n_disconnect)
+            pt_cancel = await disconnect_latency(passthrough["paced"], sim_url, "paced", n_disconnect)
+            report["raw"]["disconnect"] = {"swaplab": sw_cancel, "passthrough": pt_cancel}
+            bar("upstream closed after a client disconnect, worst of swaplab's, in units of 100 ms",
+                max(sw_cancel) / 0.1, 1.0)
+            rows.append(("  same, swaplab p50 / passthrough p50",
+                         statistics.median(sw_cancel) / statistics.median(pt_cancel), "", None))
 
         if llama:
             for stream in (False, True):
@@ -357,10 +501,11 @@ async def main() -> int:
                 rows.append((f"llama.cpp: TTFB c=1 {kind}, swaplab / direct",
                              statistics.median(samples["swaplab"]) / statistics.median(samples["direct"]), "", None))
 
-        await asyncio.sleep(1.0)  # let the router settle into idle
-        rss_idle = psutil.Process(router.pid).memory_info().rss
-        report["router_rss_mb"] = {"at_start": rss_at_start / 2**20, "idle_after_load": rss_idle / 2**20}
-        bar("router idle RSS after the load, in units of 100 MB", rss_idle / 2**20 / 100, 1.0)
+        if "rss" in wanted:
+            await asyncio.sleep(1.0)  # let the router settle into idle
+            rss_idle = psutil.Process(router.pid).memory_info().rss
+            report["router_rss_mb"] = {"at_start": rss_at_start / 2**20, "idle_after_load": rss_idle / 2**20}
+            bar("router idle RSS after the load, in units of 100 MB", rss_idle / 2**20 / 100, 1.0)
     finally:
         processes.close()
 
