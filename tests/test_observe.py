@@ -307,9 +307,9 @@ async def test_relay_records_a_client_that_leaves_and_a_backend_that_dies(tmp_pa
     gone, crashed = proxy.records
     assert gone.client_disconnected and gone.status == 200 and gone.error is None
     assert gone.duration_ms < 1000  # the whole answer would take 4 s
-    assert b"the backend stopped mid-stream" in tail
+    assert b"the upstream broke off mid-response" in tail
     assert not crashed.client_disconnected
-    assert crashed.error.startswith("the backend stopped mid-stream")
+    assert crashed.error == "the upstream broke off mid-response"
 
 
 async def test_relay_records_an_unreachable_upstream():
@@ -317,4 +317,5 @@ async def test_relay_records_an_unreachable_upstream():
         async with session.post(f"{proxy.url}/v1/chat/completions", json={"model": "x"}) as response:
             assert response.status == 502
     [record] = proxy.records
-    assert record.status == 502 and "cannot connect to upstream" in record.error and "Connect call failed" in record.error
+    assert record.status == 502 and record.error.startswith("cannot connect to http://127.0.0.1:")
+    assert record.error.endswith("(Connection refused)")

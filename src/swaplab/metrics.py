@@ -63,6 +63,11 @@ class Metrics:
             "swaplab:backend_start_seconds", "Time from spawning a backend to its being ready (successful starts).",
             ["model"], buckets=START_BUCKETS, registry=registry,
         )
+        self.requests_retried = Counter(
+            "swaplab:requests_retried_total",
+            "Requests sent again to a restarted backend after its server crashed before answering.",
+            ["model"], registry=registry,
+        )
         self.swaps = Counter("swaplab:swaps_total", "Swaps: times running models were stopped to make room.", registry=registry)
         self.queue_wait_time = Histogram(
             "swaplab:queue_wait_seconds", "Time a request waited for its model's slot (start, swap, batch).",
@@ -80,6 +85,7 @@ class Metrics:
         # Label lookups take a lock and build a tuple; requests reuse the children.
         self._per_model: dict[str, tuple] = {}
         self._per_status: dict[tuple[str, int], Counter] = {}
+        self._queue_wait: dict[str, Histogram] = {}
 
     def observe_request(self, record: ActivityRecord) -> None:
         """Count one finished request (call with every record the observation produces)."""
@@ -114,13 +120,20 @@ class Metrics:
         if ok:
             self.backend_start_time.labels(model).observe(seconds)
 
+    def request_retried(self, model: str) -> None:
+        """The model's server crashed under a request before answering; the request went to its restart."""
+        self.requests_retried.labels(model).inc()
+
     def swap(self) -> None:
         """Running models were stopped to make room for another."""
         self.swaps.inc()
 
     def queue_wait(self, model: str, seconds: float) -> None:
         """A request was admitted after waiting `seconds` (0 when admitted at once)."""
-        self.queue_wait_time.labels(model).observe(seconds)
+        child = self._queue_wait.get(model)
+        if child is None:
+            child = self._queue_wait[model] = self.queue_wait_time.labels(model)
+        child.observe(seconds)
 
     def peer_availability(self, peer: str, model: str, available: bool) -> None:
         self.peer_model_available.labels(peer, model).set(1 if available else 0)

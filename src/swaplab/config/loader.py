@@ -32,6 +32,9 @@ from swaplab.errors import ConfigError, Fault
 
 MINIMUM_HEALTH_CHECK_TIMEOUT = 15.0
 DEFAULT_UNLOAD_TIMEOUT = 10.0
+# swaplab: a streaming client that has heard nothing for this long gets heartbeats (SSE comments, or
+# `event: ping` on /v1/messages) until the upstream's first byte: agent clients time out and retry otherwise.
+DEFAULT_HEARTBEAT_INTERVAL = 10.0
 DEFAULT_PROXY = "http://localhost:${PORT}"
 LOG_LEVELS = ("debug", "info", "warn", "error")
 PROTECTED_PARAMS = ("model",)
@@ -250,6 +253,7 @@ class _ConfigReader:
         unload_timeout = top.number("unloadTimeout", DEFAULT_UNLOAD_TIMEOUT) or DEFAULT_UNLOAD_TIMEOUT
         include_aliases_in_list = top.boolean("includeAliasesInList", False)
         send_loading_state = top.boolean("sendLoadingState", False)
+        heartbeat_interval = top.number("heartbeatInterval", DEFAULT_HEARTBEAT_INTERVAL)
         notes = _notes_folder(top.string("notes"), self.path)
 
         global_macros = macro_rules.read_macros(top.entry("macros"), "macros", self.findings.fault)
@@ -257,7 +261,7 @@ class _ConfigReader:
         api_keys = self._api_keys(top, global_macros, global_chain)
         devices = self._devices(top.section("devices"))
 
-        model_defaults = _ModelDefaults(global_ttl, unload_timeout, send_loading_state, start_port)
+        model_defaults = _ModelDefaults(global_ttl, unload_timeout, send_loading_state, heartbeat_interval, start_port)
         models = self._models(top.section("models"), global_macros, model_defaults)
         groups = self._groups(top.section("groups"), models)
         peers = self._peers(top.section("peers"), global_macros, global_chain)
@@ -278,6 +282,7 @@ class _ConfigReader:
             api_keys=api_keys,
             include_aliases_in_list=include_aliases_in_list,
             send_loading_state=send_loading_state,
+            heartbeat_interval=heartbeat_interval,
             preload=preload,
             models=models,
             groups=groups,
@@ -478,6 +483,7 @@ class _ConfigReader:
             concurrency_limit=model.integer("concurrencyLimit", 0, minimum=0),
             unload_timeout=unload_timeout,
             send_loading_state=model.boolean("sendLoadingState", defaults.send_loading_state),
+            heartbeat_interval=model.number("heartbeatInterval", defaults.heartbeat_interval),
             metadata=to_plain(metadata_entry.item) if metadata_entry is not None else {},
             filters=self._filters(model, legacy_names=True),
             timeouts=self._timeouts(model, response_header=None),
@@ -779,6 +785,7 @@ class _ModelDefaults:
     global_ttl: int
     unload_timeout: float
     send_loading_state: bool
+    heartbeat_interval: float
     start_port: int
 
 

@@ -45,6 +45,8 @@ class ModelConfig:
     concurrency_limit: int = 0
     unload_timeout: float = 10.0
     send_loading_state: bool = False
+    heartbeat_interval: float = 10.0
+    """swaplab: seconds a streaming client may wait for its first byte before heartbeats keep it alive; 0 = never."""
     metadata: dict[str, Any] = field(default_factory=dict)
     filters: Filters = field(default_factory=Filters)
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -95,6 +97,7 @@ class Config:
     api_keys: tuple[str, ...] = ()
     include_aliases_in_list: bool = False
     send_loading_state: bool = False
+    heartbeat_interval: float = 10.0
     preload: tuple[str, ...] = ()
     models: dict[str, ModelConfig] = field(default_factory=dict)
     groups: dict[str, GroupConfig] = field(default_factory=dict)

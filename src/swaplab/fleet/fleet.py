@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +21,14 @@ from typing import Any
 
 import aiohttp
 
-from swaplab.config.model import Config
+from swaplab.config.model import Config, ModelConfig
 from swaplab.errors import BackendStartError, SwaplabError
 from swaplab.fleet.devices import DeviceProbe, free_gib
 from swaplab.fleet.logs import LogHub
-from swaplab.metrics import Metrics
 from swaplab.fleet.placement import Placement, Resident, claims, place
-from swaplab.fleet.process import Backend, State
+from swaplab.fleet.process import Backend, Run, State
 from swaplab.fleet.reaper import PidFiles
+from swaplab.metrics import Metrics
 
 log = logging.getLogger("swaplab.fleet")
 
@@ -45,6 +45,17 @@ MEMORY_SETTLE_SECONDS = 10.0
 MEMORY_POLL_SECONDS = 0.2
 
 
+# llama-swap's default when a model sets no concurrencyLimit.
+DEFAULT_CONCURRENCY_LIMIT = 10
+
+# Why a run was asked to stop. A start cut short by a reload keeps its queued requests
+# (the new entry serves them); cut short by anything else, they fail with the reason.
+STOP_RELOAD = "its config entry changed"
+STOP_UNLOAD = "unloaded"
+STOP_SHUTDOWN = "the router is shutting down"
+STOP_TTL = "idle for its ttl"
+
+
 class PlacementRefused(BackendStartError):
     """The model can never start as things stand: a claim too big, a persistent model in the way, memory taken."""
 
@@ -57,21 +68,43 @@ class BackendUnavailable(SwaplabError):
         self.retry_after = retry_after
 
 
-@dataclass(eq=False)
+class OverCapacity(SwaplabError):
+    """The model already holds `concurrencyLimit` requests, queued or in flight."""
+
+    retry_after = 1.0
+
+
+@dataclass(eq=False, slots=True)
 class Lease:
+    """One admitted request (or `/load`) on one run of a ready backend.
+
+    Its backend's `model` is the config entry it runs: a reload while the request was
+    queued does not mix the old entry's filters with the new entry's server.
+    """
+
     backend: Backend
+    run: Run
     completed: bool = False
+    released: bool = False
+
+    @property
+    def model(self) -> ModelConfig:
+        return self.backend.model
 
 
 @dataclass(eq=False)
 class _Waiter:
     model: str
-    future: asyncio.Future[None]
+    future: asyncio.Future[Lease]
     since: float = field(default_factory=time.monotonic)
 
 
 class Fleet:
-    """Starts, holds and stops the backends of one config."""
+    """Starts, holds and stops the backends of one config; owns the config in force.
+
+    Admission lives here too: a request, a `/load` and a preload are each one lease,
+    counted once against the model's `concurrencyLimit`, queued or in flight.
+    """
 
     def __init__(
         self,
@@ -95,8 +128,10 @@ class Fleet:
         self._device_left_at: dict[int, float] = {}
         self._memory_poll: asyncio.TimerHandle | None = None
         self._outdated: set[str] = set()
+        self._retiring = False
+        """A reload left servers of changed or removed entries that must stop once idle."""
         self._ttl_timers: dict[str, asyncio.TimerHandle] = {}
-        self._transitions: set[asyncio.Task[None]] = set()
+        self._schedule_pending = False
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
         self.swaps = 0
@@ -108,7 +143,11 @@ class Fleet:
             log.warning("reaped leftovers of a previous run: %s", ", ".join(reaped))
         self._http = aiohttp.ClientSession()
 
-    def backend(self, model_id: str) -> Backend:
+    def backend(self, model_id: str) -> Backend | None:
+        """The model's backend as it stands (None if it never ran); reading it changes nothing."""
+        return self._backends.get(model_id)
+
+    def _backend_to_start(self, model_id: str) -> Backend:
         backend = self._backends.get(model_id)
         if backend is None or (model_id in self._outdated and backend.state is State.STOPPED):
             # A reload changed this model: once its old server is gone, the next start
@@ -121,7 +160,7 @@ class Fleet:
                 logs=self.logs,
                 pid_files=self.pid_files,
                 http=self._http,
-                on_exit=self._backend_exited,
+                on_change=self._backend_changed,
             )
             self._backends[model_id] = backend
         return backend
@@ -135,48 +174,80 @@ class Fleet:
         The holder sets `completed` when the upstream answered in full: that, and only
         that, resets the backend's crash-loop counter.
         """
-        await self.acquire(model_id)
-        lease = Lease(self._backends[model_id])
+        lease = await self.acquire(model_id)
         try:
             yield lease
         finally:
-            self.release(model_id, succeeded=lease.completed)
+            self.release(lease, succeeded=lease.completed)
 
-    async def acquire(self, model_id: str) -> None:
+    async def load(self, model_id: str) -> None:
+        """Start a model by the same rules as a request (and counted like one); return once it is ready."""
+        async with self.lease(model_id) as lease:
+            lease.completed = True
+
+    async def acquire(self, model_id: str) -> Lease:
+        """Wait until `model_id` is ready and admit one request to it.
+
+        Raises `OverCapacity` at once when the model already holds `concurrencyLimit`
+        requests; `BackendUnavailable`, `PlacementRefused` or `BackendStartError` when it
+        cannot be started.
+        """
         if self._closed:
             raise BackendStartError("the router is shutting down")
+        model = self.config.models.get(model_id)
+        if model is None:
+            raise BackendStartError(f"model {model_id!r} is no longer in the config")
+        limit = model.concurrency_limit or DEFAULT_CONCURRENCY_LIMIT
+        held = self._in_flight[model_id]
+        if self._waiting:
+            held += sum(1 for w in self._waiting if w.model == model_id)
+        if held >= limit:
+            raise OverCapacity(f"model {model_id!r} already has {limit} requests (concurrencyLimit)")
         backend = self._backends.get(model_id)
         if not self._waiting and backend is not None and backend.state is State.READY and model_id not in self._outdated:
             # The hot path: nothing queued, so nothing to be fair to. Admit at once.
-            self._in_flight[model_id] += 1
             self.metrics.queue_wait(model_id, 0.0)
-            return
+            return self._grant(backend)
         waiter = _Waiter(model_id, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._schedule()
         try:
-            await waiter.future
+            return await waiter.future
         except asyncio.CancelledError:
             # The client went away while queued: drop it from the queue, and give
             # back the slot if it was admitted in the same instant.
             if waiter in self._waiting:
                 self._waiting.remove(waiter)
             elif waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
-                self.release(model_id, succeeded=False)
+                self.release(waiter.future.result(), succeeded=False)
             self._schedule()
             raise
 
-    def release(self, model_id: str, *, succeeded: bool) -> None:
+    async def reacquire(self, lease: Lease) -> Lease:
+        """The lease's run has ended under it (its server died): give the slot back, wait for a new run."""
+        self.release(lease, succeeded=False)
+        return await self.acquire(lease.backend.id)
+
+    def release(self, lease: Lease, *, succeeded: bool) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        model_id = lease.backend.id
         self._in_flight[model_id] -= 1
         if self._in_flight[model_id] <= 0:
             del self._in_flight[model_id]
         self._last_used[model_id] = time.monotonic()
-        backend = self._backends.get(model_id)
-        if succeeded and backend is not None and backend.state is State.READY:
+        backend = lease.backend
+        if succeeded and backend.run is lease.run and backend.state is State.READY:
             backend.note_success()
-        if not self._in_flight[model_id] and backend is not None and backend.model.ttl > 0:
+        if not self._in_flight[model_id] and self._backends.get(model_id) is backend and backend.model.ttl > 0:
             self._arm_ttl(backend)
         self._schedule()
+
+    def _grant(self, backend: Backend) -> Lease:
+        assert backend.run is not None and backend.state is State.READY
+        self._in_flight[backend.id] += 1
+        return Lease(backend, backend.run)
 
     def _arm_ttl(self, backend: Backend) -> None:
         """`ttl`: unload the model that many seconds after its last request ended."""
@@ -193,7 +264,7 @@ class Fleet:
         # The same server it was armed for, still ready and untouched since.
         if idle and self._backends.get(backend.id) is backend and backend.state is State.READY:
             log.info("%s unloaded: idle for its ttl of %d s", backend.id, backend.model.ttl)
-            self._track(backend.stop())
+            backend.stop(STOP_TTL)
 
     def in_flight(self, model_id: str) -> int:
         return self._in_flight[model_id]
@@ -201,46 +272,72 @@ class Fleet:
     # -- the decisions -----------------------------------------------------------
 
     def _schedule(self) -> None:
+        self._schedule_pending = False
+        if self._closed or not (self._waiting or self._retiring):
+            return  # the hot path: a request ended with nothing queued and no reload pending
         now = time.monotonic()
         self._retire_outdated()
         for waiter in list(self._waiting):
             if waiter.future.done():
                 self._waiting.remove(waiter)
                 continue
-            backend = self.backend(waiter.model)
+            if waiter.model not in self.config.models:
+                self._fail(waiter, BackendStartError(f"model {waiter.model!r} was removed from the config"))
+                continue
+            backend = self._backend_to_start(waiter.model)
             if backend.state is State.READY:
                 if waiter.model in self._outdated:
                     continue  # a reload changed it: it finishes what it has, then the new entry starts
-                if not self._overdue_conflict(waiter.model, now):
-                    self._admit(waiter)
+                if not self._overdue_conflict(waiter.model, now, waiter.since):
+                    self._admit(waiter, backend)
                 continue
             if backend.state is not State.STOPPED:
-                continue  # starting or stopping: its transition reschedules
+                continue  # starting or stopping: its next change reschedules
+            if self._overdue_conflict(waiter.model, now, waiter.since):
+                continue  # starting it would stand in the way of a request that has waited longer
             if backend.backoff_until > now:
                 wait = backend.backoff_until - now
-                self._waiting.remove(waiter)
-                waiter.future.set_exception(
+                self._fail(
+                    waiter,
                     BackendUnavailable(
                         f"model {waiter.model!r} failed {backend.consecutive_failures} times in a row "
                         f"({backend.last_error}); next start allowed in {wait:.0f} s",
                         retry_after=wait,
-                    )
+                    ),
                 )
                 continue
             self._make_room_or_start(backend)
 
+    def _schedule_soon(self) -> None:
+        """Decide again once the current step is done (a backend's change must not re-enter a decision)."""
+        if not self._schedule_pending:
+            self._schedule_pending = True
+            asyncio.get_running_loop().call_soon(self._schedule)
+
+    def _fail(self, waiter: _Waiter, error: BaseException) -> None:
+        self._waiting.remove(waiter)
+        if not waiter.future.done():
+            waiter.future.set_exception(error)
+
     def _retire_outdated(self) -> None:
         """Stop each server a reload changed or removed, as soon as its requests in flight are done."""
+        if not self._retiring:
+            return
         removed = [m for m in self._backends if m not in self.config.models]
+        pending = False
         for model_id in list(self._outdated) + removed:
             backend = self._backends.get(model_id)
-            if backend is None or self._in_flight[model_id]:
+            if backend is None or (backend.state is State.STOPPED and model_id not in removed):
+                continue  # nothing of the old entry runs: the next start takes the new one
+            pending = True
+            if self._in_flight[model_id]:
                 continue
             if backend.state is State.READY:
                 log.info("%s: stopping the server of its previous config entry", model_id)
-                self._track(backend.stop())
+                backend.stop(STOP_RELOAD)
             elif backend.state is State.STOPPED and model_id in removed:
                 del self._backends[model_id]
+        self._retiring = pending
 
     def _make_room_or_start(self, backend: Backend) -> None:
         now = time.monotonic()
@@ -253,13 +350,13 @@ class Fleet:
         placement = place(self.config, backend.id, residents, free, settling)
         if placement.action == "start":
             self._waiting_reason.pop(backend.id, None)
-            self._track(self._await_start(backend, backend.start()))
+            backend.start()
         elif placement.action == "evict":
             self.swaps += 1
             self.metrics.swap()
             for victim in placement.evict:
                 log.info("stopping %s to make room for %s", victim, backend.id)
-                self._track(self._backends[victim].stop())
+                self._backends[victim].stop(f"stopped to make room for {backend.id}")
         elif placement.action == "wait":
             if self._waiting_reason.get(backend.id) != placement.reason:
                 # Waiting for the models just evicted to finish stopping is routine.
@@ -284,9 +381,7 @@ class Fleet:
         failure = PlacementRefused(placement.reason)
         log.error("%s", failure)
         for waiter in [w for w in self._waiting if w.model == model_id]:
-            self._waiting.remove(waiter)
-            if not waiter.future.done():
-                waiter.future.set_exception(failure)
+            self._fail(waiter, failure)
 
     def _poll_memory_later(self) -> None:
         """No event says when the driver has handed memory back: look again shortly."""
@@ -301,70 +396,70 @@ class Fleet:
         """A ready model with queued requests still inside their batch window counts as busy."""
         if self._backends[model_id].state is not State.READY:
             return False
-        now = time.monotonic()
-        return any(w.model == model_id for w in self._waiting) and not self._overdue_conflict(model_id, now)
+        oldest = min((w.since for w in self._waiting if w.model == model_id), default=None)
+        return oldest is not None and not self._overdue_conflict(model_id, time.monotonic(), oldest)
 
-    def _overdue_conflict(self, model_id: str, now: float) -> bool:
-        """Has a request for a model that needs `model_id` gone waited past the batch window?"""
+    def _overdue_conflict(self, model_id: str, now: float, since: float) -> bool:
+        """Must `model_id` yield (not take more requests, not start) to a request that waited longer?
+
+        Yes when a request that arrived before `since` has waited past the batch window
+        for a model that needs `model_id` gone, or could not start while `model_id` runs.
+        Only older requests count, so of two models that exclude each other the one asked
+        for first goes first: steady traffic to one cannot starve the other, in either
+        direction.
+        """
         overdue = {
             waiter.model
             for waiter in self._waiting
             if waiter.model != model_id
+            and waiter.since < since
             and now - waiter.since >= BATCH_WINDOW_SECONDS
             and self.state_of(waiter.model) is not State.READY
+            and waiter.model in self.config.models
         }
         if not overdue:
             return False
         residents = self._residents(busy=lambda m: bool(self._in_flight[m]))
+        if all(r.model_id != model_id for r in residents):
+            residents.append(Resident(model_id, str(State.STARTING), busy=True))  # as if it started now
         for target in overdue:
             placement = place(self.config, target, residents)
             if model_id in placement.evict or model_id in placement.blocking:
                 return True
         return False
 
-    def _admit(self, waiter: _Waiter) -> None:
+    def _admit(self, waiter: _Waiter, backend: Backend) -> None:
         self._waiting.remove(waiter)
-        self._in_flight[waiter.model] += 1
         self.metrics.queue_wait(waiter.model, time.monotonic() - waiter.since)
-        waiter.future.set_result(None)
+        waiter.future.set_result(self._grant(backend))
 
-    async def _await_start(self, backend: Backend, start: asyncio.Task[None]) -> None:
-        begun = time.monotonic()
-        try:
-            await start
+    def _backend_changed(self, backend: Backend, run: Run) -> None:
+        """Every state change of every backend comes through here, as it happens."""
+        if backend.state is State.READY:
             self.metrics.backend_started(backend.id, backend.start_seconds or 0.0, ok=True)
             self.metrics.backend_state(backend.id, True)
-        except BaseException as error:
-            if not isinstance(error, asyncio.CancelledError):
-                self.metrics.backend_started(backend.id, time.monotonic() - begun, ok=False)
-            failure = error if isinstance(error, SwaplabError) else BackendStartError(
-                f"model {backend.id!r} failed to start: {error!r}"
-            )
-            log.error("%s", failure)
-            for waiter in [w for w in self._waiting if w.model == backend.id]:
-                self._waiting.remove(waiter)
-                if not waiter.future.done():
-                    waiter.future.set_exception(failure)
-            if isinstance(error, asyncio.CancelledError):
-                raise
+        elif backend.state is State.STOPPING:
+            self.metrics.backend_state(backend.id, False)
+        elif backend.state is State.STOPPED:
+            now = time.monotonic()
+            for device in claims(self.config, backend.id):
+                self._device_left_at[device] = now
+            if not run.ready.cancelled() and run.ready.exception() is not None:
+                self._start_failed(backend, run, run.ready.exception())
+        self._schedule_soon()
 
-    def _track(self, transition: Awaitable[None]) -> None:
-        async def run() -> None:
-            try:
-                await transition
-            finally:
-                self._schedule()
+    def _start_failed(self, backend: Backend, run: Run, error: BaseException) -> None:
+        """A start ended without the server ready (its process is gone): the requests queued for it hear why.
 
-        wrapper = asyncio.get_running_loop().create_task(run())
-        self._transitions.add(wrapper)
-        wrapper.add_done_callback(self._transitions.discard)
-
-    def _backend_exited(self, backend: Backend, expected: bool) -> None:
-        self.metrics.backend_state(backend.id, False)
-        now = time.monotonic()
-        for device in claims(self.config, backend.id):
-            self._device_left_at[device] = now
-        self._schedule()
+        A start that was asked to stop is not a failure: whoever stopped it (an unload, a
+        shutdown) answered the queue then, and a reload's queue waits for the new entry.
+        """
+        if run.stop_wanted.is_set():
+            return
+        self.metrics.backend_started(backend.id, time.monotonic() - run.begun, ok=False)
+        log.error("%s", error)
+        for waiter in [w for w in self._waiting if w.model == backend.id]:
+            self._fail(waiter, error)
 
     # -- administration ----------------------------------------------------------
 
@@ -373,8 +468,10 @@ class Fleet:
         targets = [b for b in self._backends.values() if b.state is not State.STOPPED]
         if model_id is not None:
             targets = [b for b in targets if b.id == model_id]
-        await asyncio.gather(*(b.stop() for b in targets))
-        self._schedule()
+        # Requests queued for a server that is going away fail now; later ones start it anew.
+        for waiter in [w for w in self._waiting if any(w.model == b.id for b in targets)]:
+            self._fail(waiter, BackendStartError(f"model {waiter.model!r} was unloaded while this request waited for it"))
+        await asyncio.gather(*(b.stop(STOP_UNLOAD) for b in targets))
         return [b.id for b in targets]
 
     async def reconfigure(self, config: Config, changed: Iterable[str]) -> None:
@@ -382,39 +479,29 @@ class Fleet:
 
         The others keep running untouched. A changed model's old server keeps its place
         (and its claim on the devices) until it has stopped; its queued requests then
-        start the new entry. Requests queued for a removed model fail.
+        start the new entry, also when the old one was still starting. Requests queued
+        for a removed model fail.
         """
         self.config = config
         changed = set(changed)
         self._outdated |= {m for m in changed if m in config.models}
-        for waiter in [w for w in self._waiting if w.model not in config.models]:
-            self._waiting.remove(waiter)
-            if not waiter.future.done():
-                waiter.future.set_exception(BackendStartError(f"model {waiter.model!r} was removed from the config"))
+        self._retiring = True
         # Servers still starting for the old entry are stopped now; ready ones finish
         # the requests they have first (graceful), then `_schedule` stops them.
-        starting = [b.stop() for b in self._backends.values() if b.id in changed and b.state is State.STARTING]
+        starting = [b.stop(STOP_RELOAD) for b in self._backends.values() if b.id in changed and b.state is State.STARTING]
         self._schedule()
-        await asyncio.gather(*starting, return_exceptions=True)
-        for model_id in changed - set(config.models):
-            backend = self._backends.get(model_id)
-            if backend is not None and backend.state is State.STOPPED and not self._in_flight[model_id]:
-                del self._backends[model_id]
+        await asyncio.gather(*starting)
 
     async def close(self) -> None:
         """Refuse new requests, fail queued ones, stop every backend."""
         self._closed = True
         for timer in self._ttl_timers.values():
             timer.cancel()
-        for waiter in self._waiting:
-            if not waiter.future.done():
-                waiter.future.set_exception(BackendStartError("the router is shutting down"))
-        self._waiting.clear()
+        for waiter in list(self._waiting):
+            self._fail(waiter, BackendStartError("the router is shutting down"))
         if self._memory_poll is not None:
             self._memory_poll.cancel()
-        await asyncio.gather(*(b.stop() for b in self._backends.values()), return_exceptions=True)
-        if self._transitions:
-            await asyncio.gather(*self._transitions, return_exceptions=True)
+        await asyncio.gather(*(b.stop(STOP_SHUTDOWN) for b in self._backends.values()))
         if self._http is not None:
             await self._http.close()
         self.device_probe.close()

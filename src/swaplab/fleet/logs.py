@@ -16,18 +16,45 @@ class LogLine:
 
 
 class LogHub:
-    """Keeps the last lines of every source in a ring buffer and fans new lines out."""
+    """Keeps the last lines of every source in a ring buffer and fans new lines out.
+
+    It belongs to one event loop (the first that uses it) and is only ever changed on it:
+    a line written from another thread (the activity writer logs from its own) is handed
+    to the loop, so subscribers' queues, which are not thread-safe, are touched nowhere else.
+    """
 
     def __init__(self, lines_per_source: int = 2000):
         self._lines_per_source = lines_per_source
         self._buffers: dict[str, deque[LogLine]] = {}
         self._subscribers: set[asyncio.Queue[LogLine]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def write(self, source: str, text: str) -> None:
+        """Add a line; callable from any thread."""
         line = LogLine(time.time(), source, text)
-        buffer = self._buffers.get(source)
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop's thread
+            running = None
+        if running is not None:
+            if self._loop is None or self._loop.is_closed():
+                self._loop = running
+            if running is self._loop:
+                self._add(line)
+                return
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            try:
+                loop.call_soon_threadsafe(self._add, line)
+                return
+            except RuntimeError:  # the loop closed in between
+                pass
+        self._add(line)  # no loop of ours runs: nobody else can be touching it
+
+    def _add(self, line: LogLine) -> None:
+        buffer = self._buffers.get(line.source)
         if buffer is None:
-            buffer = self._buffers[source] = deque(maxlen=self._lines_per_source)
+            buffer = self._buffers[line.source] = deque(maxlen=self._lines_per_source)
         buffer.append(line)
         for queue in self._subscribers:
             if queue.full():
@@ -46,6 +73,8 @@ class LogHub:
         return "\n".join(line.text for line in self.recent(source, limit))
 
     def subscribe(self, size: int = 1000) -> asyncio.Queue[LogLine]:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
         queue: asyncio.Queue[LogLine] = asyncio.Queue(maxsize=size)
         self._subscribers.add(queue)
         return queue

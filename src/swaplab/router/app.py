@@ -7,8 +7,7 @@ import hashlib
 import json
 import logging
 import time
-from collections import Counter
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +17,17 @@ from aiohttp import web
 from swaplab.config.model import Config, Filters, ModelConfig, Timeouts
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub, State
-from swaplab.fleet.fleet import BackendUnavailable
-from swaplab.router import filters
-from swaplab.results import ActivityRecord, ActivityWriter, recent_activity
-from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
+from swaplab.fleet.fleet import BackendUnavailable, Lease, OverCapacity
 from swaplab.metrics import Metrics
-from swaplab.router.observe import RequestObservation
-from swaplab.router.peers import PeerWatch, peer_credentials
+from swaplab.results import ActivityRecord, ActivityWriter, recent_activity
+from swaplab.router import filters
+from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
+from swaplab.router.keepalive import EVENT_STREAM_HEADERS, KeepAlive, error_event, stream_dialect
 from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
 from swaplab.router.loading import loading_event, progress_text, wants_loading_state
-from swaplab.router.proxy import (
-    UpstreamError,
-    forward_headers,
-    new_upstream_session,
-    open_upstream,
-    relay,
-    sse_error_event,
-)
+from swaplab.router.observe import RequestObservation
+from swaplab.router.peers import PeerWatch, peer_credentials
+from swaplab.router.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream, relay
 from swaplab.router.ui import add_ui_routes
 from swaplab.router.targets import (
     PeerTarget,
@@ -67,10 +60,10 @@ MODEL_ROUTES = (
 
 ROUTER_KEY = web.AppKey("router", "Router")
 
-EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-# llama-swap's default when a model sets no concurrencyLimit.
-DEFAULT_CONCURRENCY_LIMIT = 10
+# A backend refused or reset a connection: this long for its process to be seen exiting
+# before the router concludes it still runs (a server's exit and its socket's closing are
+# moments apart; a wrapper's child may go first).
+EXIT_GRACE_SECONDS = 2.0
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error", **extra: Any) -> web.Response:
@@ -80,12 +73,11 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 
 
 class Router:
-    """Owns the config in force, the fleet, the peers' health and the upstream connection pools."""
+    """The HTTP side: the fleet (which owns the config in force), the peers' health, the upstream pools."""
 
     def __init__(
         self, config: Config, *, state_dir: Path, logs: LogHub | None = None, db: str | Path | None = None
     ):
-        self.config = config
         self.logs = logs or LogHub()
         self.metrics = Metrics()
         self.activity = ActivityWriter(db, on_drop=self.metrics.records_dropped)
@@ -97,8 +89,12 @@ class Router:
         )
         self.started = time.time()
         self._upstreams: dict[tuple[str, float | None], aiohttp.ClientSession] = {}
-        self._held: Counter[str] = Counter()  # requests per model, queued or in flight
         self._background: set[asyncio.Task[Any]] = set()
+
+    @property
+    def config(self) -> Config:
+        """The config in force; the fleet owns it (a reload changes it there)."""
+        return self.fleet.config
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -166,7 +162,7 @@ class Router:
 
     async def _load_quietly(self, model_id: str) -> None:
         try:
-            await self.load(model_id)
+            await self.fleet.load(model_id)
         except SwaplabError as error:
             log.error("preload of %s failed: %s", model_id, error)
 
@@ -175,17 +171,11 @@ class Router:
         old = self.config
         changed = sorted(m for m in old.models if m not in new.models or not same_entry(old.models[m], new.models[m]))
         added = sorted(m for m in new.models if m not in old.models)
-        self.config = new
         self.peers.start(new)
         await self.fleet.reconfigure(new, changed)
         log.info("config reloaded: %d changed or removed (%s), %d added (%s)",
                  len(changed), ", ".join(changed) or "-", len(added), ", ".join(added) or "-")
         return {"changed": changed, "added": added}
-
-    async def load(self, model_id: str) -> None:
-        """Start a model (by the same rules as a request would) and return once it is ready."""
-        async with self.fleet.lease(model_id) as lease:
-            lease.completed = True
 
     # -- proxied requests ------------------------------------------------------
 
@@ -222,75 +212,142 @@ class Router:
         target = resolve(self.config, name)
         if target is None:
             return self._unknown_model(name)  # not recorded: its label would be whatever was typed
+        dialect = stream_dialect(path, document)
         if isinstance(target, PeerTarget):
-            return await self._forward_to_peer(request, target, name, path, body, document)
-        model = self.config.models[target.model_id]
-        observation = RequestObservation(model.id, path, requested_model=name, on_finish=self._record)
-        if document is not None:
-            body = self._filtered(body, document, model.use_model_name or None, model.filters)
-        limit = model.concurrency_limit or DEFAULT_CONCURRENCY_LIMIT
-        if self._held[model.id] >= limit:
-            return await _failed(
-                observation, 429, f"model {model.id!r} already has {limit} requests (concurrencyLimit)",
-                "rate_limit_exceeded", retry_after=1,
-            )
-        self._held[model.id] += 1
-        prepared = None
+            keepalive = KeepAlive(request, dialect, self.config.heartbeat_interval) if dialect is not None else None
+            forward = self._forward_to_peer(request, target, name, path, body, document, keepalive)
+        else:
+            model = self.config.models[target.model_id]
+            keepalive = KeepAlive(request, dialect, model.heartbeat_interval) if dialect is not None else None
+            loading = keepalive is not None and wants_loading_state(model, path, document)
+            forward = self._forward_to_model(request, model.id, name, path, body, document, keepalive, loading)
         try:
-            if wants_loading_state(model, path, document) and self.fleet.state_of(model.id) is not State.READY:
-                prepared = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
-                await prepared.prepare(request)
-                await self._acquire_showing_progress(prepared, model.id)
-            else:
-                await self.fleet.acquire(model.id)
+            return await forward
+        finally:
+            if keepalive is not None:
+                await keepalive.stop()
+
+    async def _forward_to_model(
+        self,
+        request: web.Request,
+        model_id: str,
+        name: str,
+        path: str,
+        body: bytes,
+        document: dict | None,
+        keepalive: KeepAlive | None,
+        loading: bool,
+    ) -> web.StreamResponse:
+        observation = RequestObservation(model_id, path, requested_model=name, on_finish=self._record)
+        if keepalive is not None:
+            keepalive.arm()
+        try:
+            lease = await self._acquire(model_id, keepalive, loading)
+        except OverCapacity as error:
+            return await _failed(observation, 429, str(error), "rate_limit_exceeded", error.retry_after, keepalive)
         except BackendUnavailable as error:
-            self._release_hold(model.id)
-            return await _failed(observation, 503, str(error), "model_unavailable", error.retry_after, prepared)
+            return await _failed(observation, 503, str(error), "model_unavailable", error.retry_after, keepalive)
         except SwaplabError as error:
-            self._release_hold(model.id)
-            return await _failed(observation, 503, str(error), "model_unavailable", None, prepared)
+            return await _failed(observation, 503, str(error), "model_unavailable", None, keepalive)
         except asyncio.CancelledError:
-            self._release_hold(model.id)
             observation.finish(completed=False, disconnected=True)  # left while queued
             raise
-        completed = False
         try:
-            model = self.fleet.backend(model.id).model
-            response, completed = await self._send(
-                request, model.proxy, path, body, model.timeouts, observation=observation, prepared=prepared
-            )
-            return response
-        finally:
-            self.fleet.release(model.id, succeeded=completed)
-            self._release_hold(model.id)
-
-    def _release_hold(self, model_id: str) -> None:
-        self._held[model_id] -= 1
-        if self._held[model_id] <= 0:
-            del self._held[model_id]
-
-    async def _acquire_showing_progress(self, stream: web.StreamResponse, model_id: str) -> None:
-        """Acquire `model_id`, writing its loading progress to `stream` until it is ready."""
-        acquiring = asyncio.ensure_future(self.fleet.acquire(model_id))
-        began = time.monotonic()
-        try:
-            while not acquiring.done():
-                entry = next((e for e in self.fleet.status() if e["model"] == model_id), {})
-                text = progress_text(
-                    model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting")
+            for attempt in (1, 2):
+                # The entry of the server that admitted it: a reload while it was queued
+                # must not mix the old entry's filters with the new entry's server.
+                model = lease.model
+                sent = body if document is None else self._filtered(body, document, model.use_model_name or None, model.filters)
+                try:
+                    upstream = await self._open(request, model.proxy, path, sent, model.timeouts)
+                except UpstreamError as error:
+                    if not error.unreachable:
+                        return await _failed(observation, error.status, str(error), "upstream_error", None, keepalive)
+                    recovered = await self._recover(lease, error, first=attempt == 1)
+                    if isinstance(recovered, _Failure):
+                        return await _failed(
+                            observation, recovered.status, recovered.message, "upstream_error", recovered.retry_after,
+                            keepalive,
+                        )
+                    lease = recovered
+                    continue
+                response, lease.completed = await relay(
+                    request, upstream, observation, keepalive, explain_break=lambda: self._explain_break(lease)
                 )
-                await stream.write(loading_event(model_id, text))
-                await asyncio.wait({acquiring}, timeout=LOADING_INTERVAL)
-            acquiring.result()
-        except BaseException:
-            if acquiring.done() and not acquiring.cancelled() and acquiring.exception() is None:
-                self.fleet.release(model_id, succeeded=False)  # admitted just as the client left
-            else:
-                acquiring.cancel()
-            raise
+                return response
+            raise AssertionError("unreachable")
+        finally:
+            self.fleet.release(lease, succeeded=lease.completed)
+
+    async def _acquire(self, model_id: str, keepalive: KeepAlive | None, loading: bool) -> Lease:
+        """Admission through the fleet; with `sendLoadingState`, loading progress streams meanwhile."""
+        if not loading or self.fleet.state_of(model_id) is State.READY:
+            return await self.fleet.acquire(model_id)
+        assert keepalive is not None
+        began = time.monotonic()
+
+        def progress() -> bytes:
+            entry = next((e for e in self.fleet.status() if e["model"] == model_id), {})
+            text = progress_text(model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting"))
+            return loading_event(model_id, text)
+
+        keepalive.show_progress(progress, LOADING_INTERVAL)
+        try:
+            return await self.fleet.acquire(model_id)
+        finally:
+            keepalive.show_heartbeats()
+
+    async def _recover(self, lease: Lease, error: UpstreamError, *, first: bool) -> Lease | _Failure:
+        """Our own backend refused or reset the connection before answering: why, and what now.
+
+        A server that crashed is restarted (within its crash-loop back-off) and the request
+        goes once more to the new one; anything else is answered in the router's own words.
+        """
+        run, model_id = lease.run, lease.backend.id
+        try:
+            await asyncio.wait_for(asyncio.shield(run.exited.wait()), EXIT_GRACE_SECONDS)
+        except asyncio.TimeoutError:
+            return _Failure(502, f"model {model_id!r} (pid {run.pid}) is running but {error}")
+        if not run.crashed:
+            return _Failure(503, f"model {model_id!r} was {run.stop_reason} while this request was on its way")
+        if not first:
+            return _Failure(
+                502, f"model {model_id!r} crashed (exit {run.exit_code}) again, right after its restart, "
+                "before answering this request",
+            )
+        log.warning("%s crashed (exit %s) under a request: restarting it and sending the request again",
+                    model_id, run.exit_code)
+        self.metrics.request_retried(model_id)
+        try:
+            return await self.fleet.reacquire(lease)
+        except BackendUnavailable as failure:
+            return _Failure(
+                503, f"model {model_id!r} crashed (exit {run.exit_code}) and did not come back: {failure}",
+                failure.retry_after,
+            )
+        except SwaplabError as failure:
+            return _Failure(503, f"model {model_id!r} crashed (exit {run.exit_code}) and did not come back: {failure}")
+
+    async def _explain_break(self, lease: Lease) -> str:
+        """Why a backend broke off mid-response, as the client should read it."""
+        run, model_id = lease.run, lease.backend.id
+        try:
+            await asyncio.wait_for(asyncio.shield(run.exited.wait()), EXIT_GRACE_SECONDS)
+        except asyncio.TimeoutError:
+            return f"model {model_id!r} closed the connection mid-stream (its process is still running)"
+        if run.crashed:
+            return f"model {model_id!r} exited mid-stream (code {run.exit_code})"
+        return f"model {model_id!r} was {run.stop_reason} mid-stream"
 
     async def _forward_to_peer(
-        self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
+        self,
+        request: web.Request,
+        target: PeerTarget,
+        name: str,
+        path: str,
+        body: bytes,
+        document: dict | None,
+        keepalive: KeepAlive | None,
     ) -> web.StreamResponse:
         peer = target.peer
         observation = RequestObservation(
@@ -304,10 +361,19 @@ class Router:
             )
         if document is not None:
             body = self._filtered(body, document, target.model, peer.filters)
-        response, _ = await self._send(
-            request, peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer),
-            observation=observation,
-        )
+        if keepalive is not None:
+            keepalive.arm()
+        try:
+            upstream = await self._open(
+                request, peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer)
+            )
+        except UpstreamError as error:
+            return await _failed(observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive)
+
+        async def explain() -> str:
+            return f"peer {peer.id!r} broke off mid-response"
+
+        response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
         return response
 
     @staticmethod
@@ -316,7 +382,7 @@ class Router:
         rewritten = filters.rewrite(document, upstream_model, rules)
         return body if rewritten is None else filters.encode(rewritten)
 
-    async def _send(
+    async def _open(
         self,
         request: web.Request,
         base_url: str,
@@ -325,27 +391,21 @@ class Router:
         timeouts: Timeouts,
         *,
         extra_headers: dict[str, str] | None = None,
-        observation: RequestObservation | None = None,
-        prepared: web.StreamResponse | None = None,
-    ) -> tuple[web.StreamResponse, bool]:
-        """Relay to `base_url + path`; also says whether the upstream answered in full."""
+    ) -> aiohttp.ClientResponse:
+        """Send the request to `base_url + path`; returns once the response headers are in."""
         headers = forward_headers(request.headers, extra_headers)
         if self.config.api_keys and not extra_headers:
             for name in CREDENTIAL_HEADERS:  # the router's key is the router's, not the upstream's
                 headers.pop(name, None)
-        try:
-            upstream = await open_upstream(
-                self._upstream_session(base_url, timeouts),
-                request.method,
-                base_url.rstrip("/") + path,
-                headers,
-                body,
-                connect_timeout=timeouts.connect,
-                response_header_timeout=timeouts.response_header,
-            )
-        except UpstreamError as error:
-            return await _failed(observation, error.status, str(error), "upstream_error", None, prepared), False
-        return await relay(request, upstream, observation, prepared)
+        return await open_upstream(
+            self._upstream_session(base_url, timeouts),
+            request.method,
+            base_url.rstrip("/") + path,
+            headers,
+            body,
+            connect_timeout=timeouts.connect,
+            response_header_timeout=timeouts.response_header,
+        )
 
     def _upstream_session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
         """One connection pool per upstream address and idle limit (`idleConn`).
@@ -447,7 +507,11 @@ class Router:
         if isinstance(model_id, web.Response):
             return model_id
         try:
-            await self.load(model_id)
+            await self.fleet.load(model_id)
+        except OverCapacity as error:
+            response = error_response(429, str(error), "rate_limit_exceeded")
+            response.headers["Retry-After"] = str(round(error.retry_after))
+            return response
         except SwaplabError as error:
             return error_response(503, str(error), "model_unavailable")
         return web.json_response({"loaded": model_id})
@@ -495,24 +559,35 @@ class Router:
             self.logs.unsubscribe(queue)
 
 
+@dataclass(frozen=True)
+class _Failure:
+    """An error the router answers itself, with its HTTP status."""
+
+    status: int
+    message: str
+    retry_after: float | None = None
+
+
 async def _failed(
     observation: RequestObservation | None,
     status: int,
     message: str,
     kind: str,
     retry_after: float | None = None,
-    prepared: web.StreamResponse | None = None,
+    keepalive: KeepAlive | None = None,
 ) -> web.StreamResponse:
     """An error the router answers itself, recorded like any other request.
 
-    Inside an event stream already under way, the error is its final event.
+    Inside an event stream already under way (heartbeats, loading progress), the error
+    is its final event, in the route's own framing.
     """
     if observation is not None:
         observation.fail(status, message)
-    if prepared is not None:
-        await prepared.write(sse_error_event(message))
-        await prepared.write_eof()
-        return prepared
+    committed = await keepalive.stop() if keepalive is not None else None
+    if committed is not None and keepalive is not None:
+        await committed.write(error_event(message, keepalive.dialect, status))
+        await committed.write_eof()
+        return committed
     response = error_response(status, message, kind)
     if retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(retry_after)))

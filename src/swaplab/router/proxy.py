@@ -11,12 +11,15 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+
+from swaplab.router.keepalive import KeepAlive, dialect_of, error_event
 
 if TYPE_CHECKING:
     from swaplab.router.observe import RequestObservation
@@ -40,11 +43,16 @@ NO_IDLE_LIMIT = 24 * 3600.0
 
 
 class UpstreamError(Exception):
-    """The upstream could not be reached or gave no response header in time."""
+    """The upstream could not be reached or gave no response header in time.
 
-    def __init__(self, message: str, status: int = 502):
+    `unreachable`: no response byte came back because the connection could not be made
+    or was reset; for a backend the router owns, a sign that its server may be gone.
+    """
+
+    def __init__(self, message: str, status: int = 502, *, unreachable: bool = False):
         super().__init__(message)
         self.status = status
+        self.unreachable = unreachable
 
 
 def new_upstream_session(idle_seconds: float | None) -> aiohttp.ClientSession:
@@ -93,10 +101,14 @@ async def open_upstream(
                 return await asyncio.wait_for(pending, response_header_timeout)
             return await pending
         except aiohttp.ClientConnectorError as error:  # before its parent ClientOSError: no retry helps
-            raise UpstreamError(f"cannot connect to upstream {url}: {error.os_error}") from None
+            number = error.os_error.errno
+            reason = os.strerror(number) if number else str(error.os_error)
+            raise UpstreamError(f"cannot connect to {url} ({reason})", unreachable=True) from None
         except RETRY_BEFORE_RESPONSE as error:
             if attempt == ATTEMPTS:
-                raise UpstreamError(f"upstream {url} closed the connection: {error}") from None
+                raise UpstreamError(
+                    f"{url} closed the connection before answering ({type(error).__name__})", unreachable=True
+                ) from None
             log.debug("retrying %s on a fresh connection after: %s", url, error)
         except asyncio.TimeoutError:
             raise UpstreamError(
@@ -109,67 +121,80 @@ async def open_upstream(
     raise AssertionError("unreachable")
 
 
-def sse_error_event(message: str) -> bytes:
-    payload = {"error": {"message": message, "type": "upstream_error", "code": 502}}
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-
 async def relay(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     observation: RequestObservation | None = None,
-    prepared: web.StreamResponse | None = None,
+    keepalive: KeepAlive | None = None,
+    explain_break: Callable[[], Awaitable[str]] | None = None,
 ) -> tuple[web.StreamResponse, bool]:
     """Copy the upstream's response to the client as it arrives; close the upstream on any exit.
 
     Returns the client's response and whether the upstream's response arrived in full.
     `observation`, when given, sees the status and every chunk, and is finished on every
-    way out (a client that went away included). `prepared` is an event stream already
-    under way (loading progress): the upstream's events continue it, and an upstream
-    that answers anything but an event stream ends it with an error event.
+    way out (a client that went away included). `keepalive` is the client's heartbeat:
+    if it already committed an event stream, the upstream's events continue it (and an
+    upstream that answers anything but an event stream ends it with an error event);
+    otherwise it may still beat into the upstream's own event stream until the first
+    chunk. `explain_break` says, in the router's words, why an upstream broke off.
     """
-    is_event_stream = upstream.content_type == "text/event-stream"
-    if prepared is None:
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for key, value in upstream.headers.items():
-            if key.lower() not in HOP_BY_HOP:
-                response.headers.add(key, value)
-        response.headers["X-Accel-Buffering"] = "no"
-        if upstream.content_length is not None:
-            response.content_length = upstream.content_length
-    else:
-        response = prepared
+    content_type = upstream.content_type
+    is_event_stream = content_type == "text/event-stream"
+    dialect = keepalive.dialect if keepalive is not None else dialect_of(request.path)
     if observation is not None:
-        observation.on_headers(upstream.status, upstream.content_type)
+        observation.on_headers(upstream.status, content_type)
     completed = False
     disconnected = False
     failure = None
+    response: web.StreamResponse | None = keepalive.response if keepalive is not None else None
     try:
-        if prepared is None:
-            await response.prepare(request)
-        elif upstream.status != 200 or not is_event_stream:
+        if response is not None and (upstream.status != 200 or not is_event_stream):
+            await keepalive.stop()  # type: ignore[union-attr]
             answer = await upstream.content.read(4096)
             if observation is not None:
                 observation.on_chunk(answer)
-            failure = f"the backend answered HTTP {upstream.status}: {answer.decode(errors='replace')}"
-            await response.write(sse_error_event(failure))
+            failure = f"the backend answered HTTP {upstream.status}: {_error_text(answer)}"
+            await response.write(error_event(failure, dialect, upstream.status))
             await response.write_eof()
             return response, False
+        if response is None:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for key, value in upstream.headers.items():
+                if key.lower() not in HOP_BY_HOP:
+                    response.headers.add(key, value)
+            response.headers["X-Accel-Buffering"] = "no"
+            if upstream.content_length is not None:
+                response.content_length = upstream.content_length
+            if keepalive is not None:
+                keepalive.hold()
+            await response.prepare(request)
+            if keepalive is not None:
+                if upstream.status == 200 and is_event_stream:
+                    keepalive.adopt(response)
+                else:
+                    await keepalive.stop()
+        content = upstream.content
         try:
-            async for chunk in upstream.content.iter_any():
+            chunk = await content.readany()
+            if keepalive is not None:
+                await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
+            while chunk:
                 if observation is not None:
                     observation.on_chunk(chunk)
                 await response.write(chunk)  # awaits the client's socket: backpressure
+                chunk = await content.readany()
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
-            # The backend died mid-response. A stream gets a final error event rather
+            # The backend broke off mid-response. A stream gets a final error event rather
             # than a silent hang or a truncated body that looks complete.
             log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
-            failure = f"the backend stopped mid-stream: {error}"
+            if keepalive is not None:
+                await keepalive.stop()
+            failure = await explain_break() if explain_break is not None else "the upstream broke off mid-response"
             if not is_event_stream:
                 if request.transport is not None:
                     request.transport.close()  # a truncated body must not look complete
                 return response, False
-            await response.write(sse_error_event(failure))
+            await response.write(error_event(failure, dialect))
             await response.write_eof()
             return response, False
         await response.write_eof()
@@ -187,3 +212,18 @@ async def relay(
             upstream.close()  # drop the connection: the upstream sees its client go away
         if observation is not None:
             observation.finish(completed=completed, disconnected=disconnected, error=failure)
+
+
+def _error_text(body: bytes) -> str:
+    """The message of an OpenAI- or Anthropic-style JSON error, else the body as text."""
+    text = body.decode(errors="replace")
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text.strip()
+    error = document.get("error") if isinstance(document, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    if isinstance(error, str):
+        return error
+    return text.strip()

@@ -1,0 +1,181 @@
+"""Streaming responses the router speaks itself: heartbeats while a client waits, and error events.
+
+The seed's worst incident: an agent client on a server chunk-prefilling a 64k prompt got
+no byte for minutes, timed out, retried, and queued a second 64k prefill behind the
+first. A streaming client that has waited `heartbeatInterval` seconds for its first byte
+(the model loading, the request queued, or the backend prefilling) gets its response
+committed (200, `text/event-stream`) and a heartbeat every interval after that, in its
+protocol's own form: an SSE comment on the OpenAI routes, Anthropic's `event: ping` on
+`/v1/messages`. Whatever goes wrong after that point reaches the client as an error event
+of the same protocol. A short wait changes nothing: no timer fires, no byte is added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+from collections.abc import Callable
+
+from aiohttp import web
+
+EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class Dialect(enum.Enum):
+    """How a route frames its event stream (and so its heartbeats and errors)."""
+
+    OPENAI = "openai"  # chat/completions, completions, llama.cpp's /completion: `data:` lines
+    RESPONSES = "responses"  # /v1/responses: typed `event:` lines
+    ANTHROPIC = "anthropic"  # /v1/messages: typed `event:` lines, `ping` for keep-alive
+
+
+_DIALECTS = {
+    "/v1/chat/completions": Dialect.OPENAI,
+    "/v1/completions": Dialect.OPENAI,
+    "/completion": Dialect.OPENAI,
+    "/infill": Dialect.OPENAI,
+    "/v1/responses": Dialect.RESPONSES,
+    "/v1/messages": Dialect.ANTHROPIC,
+}
+
+_HEARTBEATS = {
+    Dialect.OPENAI: b": keep-alive\n\n",
+    Dialect.RESPONSES: b": keep-alive\n\n",
+    Dialect.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n',
+}
+
+
+def stream_dialect(path: str, document: dict | None) -> Dialect | None:
+    """The dialect of a request that asked for an event stream; None for everything else."""
+    if document is None or document.get("stream") is not True:
+        return None
+    return _DIALECTS.get(path.split("?", 1)[0])
+
+
+def dialect_of(path: str) -> Dialect:
+    """The dialect an event stream on `path` speaks (OpenAI's where the route has none of its own)."""
+    return _DIALECTS.get(path.split("?", 1)[0], Dialect.OPENAI)
+
+
+def error_event(message: str, dialect: Dialect = Dialect.OPENAI, status: int = 502) -> bytes:
+    """A final event saying what went wrong, framed as the route's own errors are.
+
+    The `openai` and `anthropic` SDKs raise it as an API error with this message.
+    """
+    if dialect is Dialect.ANTHROPIC:
+        kind = "overloaded_error" if status in (429, 503, 529) else "api_error"
+        payload = {"type": "error", "error": {"type": kind, "message": message}}
+        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    if dialect is Dialect.RESPONSES:
+        payload = {"type": "error", "code": str(status), "message": message, "param": None}
+        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    payload = {"error": {"message": message, "type": "upstream_error", "code": status}}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+class KeepAlive:
+    """Keeps one streaming client's connection visibly alive until the upstream's first byte.
+
+    `arm()` starts the clock; after `interval` seconds without `stop()`, the response is
+    committed and a heartbeat goes out every `interval`. `show_progress(producer, every)`
+    commits at once and writes `producer()`'s bytes every `every` seconds instead
+    (`sendLoadingState`), until `show_heartbeats()` goes back to plain heartbeats. Writes
+    never overlap: `stop()` waits for a write under way and returns the committed
+    response, if any, so the caller's next write follows the last heartbeat.
+    """
+
+    __slots__ = (
+        "dialect", "response", "_request", "_interval", "_every", "_producer", "_timer", "_task", "_writing",
+        "_stopped", "_due", "beats",
+    )
+
+    def __init__(self, request: web.Request, dialect: Dialect, interval: float):
+        self.dialect = dialect
+        self.response: web.StreamResponse | None = None
+        """The response once committed (by a heartbeat, or adopted from the relay)."""
+        self._request = request
+        self._interval = interval
+        self._every = interval
+        self._producer: Callable[[], bytes] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._writing = False
+        self._stopped = False
+        self._due: float | None = None
+        self.beats = 0
+
+    def arm(self) -> None:
+        """Start the clock: the first heartbeat is due `interval` seconds from now."""
+        if self._interval > 0 and self._due is None:
+            self._due = asyncio.get_running_loop().time() + self._interval
+            self._schedule()
+
+    def hold(self) -> None:
+        """Nothing may be committed for now (the relay is about to commit the upstream's own headers)."""
+        self._cancel_timer()
+
+    def adopt(self, response: web.StreamResponse) -> None:
+        """The relay committed the upstream's own event stream: heartbeats, when due, go there."""
+        self.response = response
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._due is not None and self._timer is None and self._task is None and not self._stopped:
+            delay = max(0.0, self._due - asyncio.get_running_loop().time())
+            self._timer = asyncio.get_running_loop().call_later(delay, self._begin)
+
+    def show_progress(self, producer: Callable[[], bytes], every: float) -> None:
+        self._producer = producer
+        self._every = every
+        self._cancel_timer()
+        if self._task is None and not self._stopped:
+            self._begin()
+
+    def show_heartbeats(self) -> None:
+        """Back to heartbeats; the next one is due `interval` seconds after the last progress event."""
+        self._producer = None
+        self._every = self._interval
+        if self._task is not None and not self._writing and self._interval <= 0:
+            self._task.cancel()
+            self._task = None
+
+    async def stop(self) -> web.StreamResponse | None:
+        """No more heartbeats; returns the committed response, if there is one."""
+        self._stopped = True
+        self._cancel_timer()
+        task, self._task = self._task, None
+        if task is not None:
+            if not self._writing:
+                task.cancel()
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # a client gone mid-write: the handler hears of it by itself
+        return self.response
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _begin(self) -> None:
+        self._timer = None
+        if not self._stopped:
+            self._task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            self._writing = True
+            try:
+                if self.response is None:
+                    response = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
+                    await response.prepare(self._request)
+                    self.response = response
+                payload = self._producer() if self._producer is not None else _HEARTBEATS[self.dialect]
+                await self.response.write(payload)
+                self.beats += 1
+            finally:
+                self._writing = False
+            if self._stopped or self._every <= 0:
+                return
+            await asyncio.sleep(self._every)
