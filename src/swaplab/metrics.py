@@ -24,6 +24,8 @@ E2E_BUCKETS = (
     120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )
 QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Observations noted on the request path wait for the page to be read, up to this many.
+PENDING_OBSERVATIONS = 4096
 START_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
 
 
@@ -86,6 +88,7 @@ class Metrics:
         self._per_model: dict[str, tuple] = {}
         self._per_status: dict[tuple[str, int], Counter] = {}
         self._queue_wait: dict[str, Histogram] = {}
+        self._waits: list[tuple[str, float]] = []
 
     def observe_request(self, record: ActivityRecord) -> None:
         """Count one finished request (call with every record the observation produces)."""
@@ -129,11 +132,22 @@ class Metrics:
         self.swaps.inc()
 
     def queue_wait(self, model: str, seconds: float) -> None:
-        """A request was admitted after waiting `seconds` (0 when admitted at once)."""
-        child = self._queue_wait.get(model)
-        if child is None:
-            child = self._queue_wait[model] = self.queue_wait_time.labels(model)
-        child.observe(seconds)
+        """A request was admitted after waiting `seconds` (0 when admitted at once).
+
+        Admission is on every request's way to its first byte: the wait is only noted
+        here and folded into the histogram when the page is read (or the notes pile up).
+        """
+        self._waits.append((model, seconds))
+        if len(self._waits) >= PENDING_OBSERVATIONS:
+            self._fold_waits()
+
+    def _fold_waits(self) -> None:
+        waits, self._waits = self._waits, []
+        for model, seconds in waits:
+            child = self._queue_wait.get(model)
+            if child is None:
+                child = self._queue_wait[model] = self.queue_wait_time.labels(model)
+            child.observe(seconds)
 
     def peer_availability(self, peer: str, model: str, available: bool) -> None:
         self.peer_model_available.labels(peer, model).set(1 if available else 0)
@@ -147,4 +161,5 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         """The metrics page: body and content type."""
+        self._fold_waits()
         return generate_latest(self.registry), CONTENT_TYPE

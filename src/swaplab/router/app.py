@@ -19,10 +19,10 @@ from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub, State
 from swaplab.fleet.fleet import BackendUnavailable, Lease, OverCapacity
 from swaplab.metrics import Metrics
-from swaplab.results import ActivityRecord, ActivityWriter, recent_activity
+from swaplab.results import ActivityWriter, recent_activity
 from swaplab.router import filters
 from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
-from swaplab.router.keepalive import EVENT_STREAM_HEADERS, KeepAlive, error_event, stream_dialect
+from swaplab.router.keepalive import EVENT_STREAM_HEADERS, KeepAlive, KeepAliveClock, error_event, stream_dialect
 from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
 from swaplab.router.loading import loading_event, progress_text, wants_loading_state
 from swaplab.router.observe import RequestObservation
@@ -60,6 +60,9 @@ MODEL_ROUTES = (
 
 ROUTER_KEY = web.AppKey("router", "Router")
 
+# Ended requests are turned into records and metrics this long after the first of a batch.
+BOOKKEEPING_SECONDS = 0.05
+
 # A backend refused or reset a connection: this long for its process to be seen exiting
 # before the router concludes it still runs (a server's exit and its socket's closing are
 # moments apart; a wrapper's child may go first).
@@ -90,6 +93,9 @@ class Router:
         self.started = time.time()
         self._upstreams: dict[tuple[str, float | None], aiohttp.ClientSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._ended: list[RequestObservation] = []
+        self._keepalive_clock = KeepAliveClock()
+        self._bookkeeping: asyncio.TimerHandle | None = None
 
     @property
     def config(self) -> Config:
@@ -141,12 +147,34 @@ class Router:
         sessions, self._upstreams = list(self._upstreams.values()), {}
         for session in sessions:
             await session.close()
+        self._bookkeep()
         await asyncio.to_thread(self.activity.close)
 
-    def _record(self, record: ActivityRecord) -> None:
-        """Where every proxied request ends up: the activity table (off the hot path) and /metrics."""
-        self.activity.submit(record)
-        self.metrics.observe_request(record)
+    def _record(self, observation: RequestObservation) -> None:
+        """Where every proxied request ends up: noted now, recorded in the next batch."""
+        self._ended.append(observation)
+        if self._bookkeeping is None:
+            self._bookkeeping = asyncio.get_running_loop().call_later(BOOKKEEPING_SECONDS, self._bookkeep)
+
+    def _bookkeep(self) -> None:
+        """Turn the ended requests into records: the activity table (written by its thread) and /metrics.
+
+        Reading a response's usage and updating the metrics cost more than relaying it
+        did; done in a batch a moment later, that work never sits between a burst of
+        requests and their first bytes. Whatever reads the figures calls this first.
+        """
+        if self._bookkeeping is not None:
+            self._bookkeeping.cancel()
+            self._bookkeeping = None
+        ended, self._ended = self._ended, []
+        for observation in ended:
+            try:
+                record = observation.record()
+            except Exception:  # recording must never break the router
+                log.exception("recording the activity of %s %s failed", observation.model, observation.path)
+                continue
+            self.activity.submit(record)
+            self.metrics.observe_request(record)
 
     def _spawn(self, coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -214,11 +242,11 @@ class Router:
             return self._unknown_model(name)  # not recorded: its label would be whatever was typed
         dialect = stream_dialect(path, document)
         if isinstance(target, PeerTarget):
-            keepalive = KeepAlive(request, dialect, self.config.heartbeat_interval) if dialect is not None else None
+            keepalive = KeepAlive(request, dialect, self.config.heartbeat_interval, self._keepalive_clock) if dialect is not None else None
             forward = self._forward_to_peer(request, target, name, path, body, document, keepalive)
         else:
             model = self.config.models[target.model_id]
-            keepalive = KeepAlive(request, dialect, model.heartbeat_interval) if dialect is not None else None
+            keepalive = KeepAlive(request, dialect, model.heartbeat_interval, self._keepalive_clock) if dialect is not None else None
             loading = keepalive is not None and wants_loading_state(model, path, document)
             forward = self._forward_to_model(request, model.id, name, path, body, document, keepalive, loading)
         try:
@@ -238,7 +266,7 @@ class Router:
         keepalive: KeepAlive | None,
         loading: bool,
     ) -> web.StreamResponse:
-        observation = RequestObservation(model_id, path, requested_model=name, on_finish=self._record)
+        observation = RequestObservation(model_id, path, requested_model=name, on_end=self._record)
         if keepalive is not None:
             keepalive.arm()
         try:
@@ -250,7 +278,7 @@ class Router:
         except SwaplabError as error:
             return await _failed(observation, 503, str(error), "model_unavailable", None, keepalive)
         except asyncio.CancelledError:
-            observation.finish(completed=False, disconnected=True)  # left while queued
+            observation.end(completed=False, disconnected=True)  # left while queued
             raise
         try:
             for attempt in (1, 2):
@@ -351,7 +379,7 @@ class Router:
     ) -> web.StreamResponse:
         peer = target.peer
         observation = RequestObservation(
-            target.model, path, peer=peer.id, requested_model=name, on_finish=self._record
+            target.model, path, peer=peer.id, requested_model=name, on_end=self._record
         )
         health = self.peers.health(peer.id, target.model)
         if not health.available:
@@ -524,10 +552,12 @@ class Router:
         return web.json_response({"unloaded": stopped})
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
+        self._bookkeep()
         body, content_type = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def handle_activity(self, request: web.Request) -> web.Response:
+        self._bookkeep()
         rows = await asyncio.to_thread(
             recent_activity, self.activity.path, request.query.get("model"), int(request.query.get("limit", "50"))
         )

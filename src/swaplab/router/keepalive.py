@@ -74,6 +74,47 @@ def error_event(message: str, dialect: Dialect = Dialect.OPENAI, status: int = 5
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
+class KeepAliveClock:
+    """One timer for every waiting client, instead of one per request.
+
+    A request path that arms and disarms a timer of its own pays for it on every
+    request (a heap entry, twice: before the upstream's headers and again before its
+    first chunk); almost none ever beats. Waiting clients join a set (cheap) and the
+    clock wakes when the earliest is due.
+    """
+
+    __slots__ = ("_waiting", "_timer", "_timer_at")
+
+    def __init__(self) -> None:
+        self._waiting: set[KeepAlive] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+
+    def add(self, keepalive: KeepAlive, due: float) -> None:
+        self._waiting.add(keepalive)
+        if self._timer is None or due < self._timer_at:
+            self._wake_at(due)
+
+    def discard(self, keepalive: KeepAlive) -> None:
+        self._waiting.discard(keepalive)  # the timer, if set, finds nobody due and lapses
+
+    def _wake_at(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = asyncio.get_running_loop().call_at(when, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        now = asyncio.get_running_loop().time()
+        due = [k for k in self._waiting if k.due <= now]
+        for keepalive in due:
+            self._waiting.discard(keepalive)
+            keepalive.begin()
+        if self._waiting:
+            self._wake_at(min(k.due for k in self._waiting))
+
+
 class KeepAlive:
     """Keeps one streaming client's connection visibly alive until the upstream's first byte.
 
@@ -86,51 +127,51 @@ class KeepAlive:
     """
 
     __slots__ = (
-        "dialect", "response", "_request", "_interval", "_every", "_producer", "_timer", "_task", "_writing",
-        "_stopped", "_due", "beats",
+        "dialect", "response", "due", "beats", "_request", "_clock", "_interval", "_every", "_producer", "_task",
+        "_writing", "_stopped", "_held",
     )
 
-    def __init__(self, request: web.Request, dialect: Dialect, interval: float):
+    def __init__(self, request: web.Request, dialect: Dialect, interval: float, clock: KeepAliveClock):
         self.dialect = dialect
         self.response: web.StreamResponse | None = None
         """The response once committed (by a heartbeat, or adopted from the relay)."""
+        self.due = 0.0
+        """When the first heartbeat is due (the loop's clock); 0 until armed."""
+        self.beats = 0
         self._request = request
+        self._clock = clock
         self._interval = interval
         self._every = interval
         self._producer: Callable[[], bytes] | None = None
-        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._writing = False
         self._stopped = False
-        self._due: float | None = None
-        self.beats = 0
+        self._held = False
 
     def arm(self) -> None:
         """Start the clock: the first heartbeat is due `interval` seconds from now."""
-        if self._interval > 0 and self._due is None:
-            self._due = asyncio.get_running_loop().time() + self._interval
-            self._schedule()
+        if self._interval > 0 and not self.due:
+            self.due = asyncio.get_running_loop().time() + self._interval
+            self._clock.add(self, self.due)
 
     def hold(self) -> None:
         """Nothing may be committed for now (the relay is about to commit the upstream's own headers)."""
-        self._cancel_timer()
+        self._held = True
+        self._clock.discard(self)
 
     def adopt(self, response: web.StreamResponse) -> None:
         """The relay committed the upstream's own event stream: heartbeats, when due, go there."""
         self.response = response
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if self._due is not None and self._timer is None and self._task is None and not self._stopped:
-            delay = max(0.0, self._due - asyncio.get_running_loop().time())
-            self._timer = asyncio.get_running_loop().call_later(delay, self._begin)
+        self._held = False
+        if self.due and self._task is None and not self._stopped:
+            self._clock.add(self, self.due)
 
     def show_progress(self, producer: Callable[[], bytes], every: float) -> None:
         self._producer = producer
         self._every = every
-        self._cancel_timer()
+        self._clock.discard(self)
         if self._task is None and not self._stopped:
-            self._begin()
+            self.begin()
 
     def show_heartbeats(self) -> None:
         """Back to heartbeats; the next one is due `interval` seconds after the last progress event."""
@@ -143,24 +184,22 @@ class KeepAlive:
     async def stop(self) -> web.StreamResponse | None:
         """No more heartbeats; returns the committed response, if there is one."""
         self._stopped = True
-        self._cancel_timer()
-        task, self._task = self._task, None
-        if task is not None:
-            if not self._writing:
-                task.cancel()
-            await asyncio.wait({task})
-            if not task.cancelled():
-                task.exception()  # a client gone mid-write: the handler hears of it by itself
+        task = self._task
+        if task is None:
+            if self.due:
+                self._clock.discard(self)
+            return self.response
+        self._task = None
+        if not self._writing:
+            task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # a client gone mid-write: the handler hears of it by itself
         return self.response
 
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _begin(self) -> None:
-        self._timer = None
-        if not self._stopped:
+    def begin(self) -> None:
+        """Start beating now (the clock calls this when the first heartbeat is due)."""
+        if not self._stopped and not self._held and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._beat())
 
     async def _beat(self) -> None:

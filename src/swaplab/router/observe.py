@@ -44,15 +44,18 @@ class TokenCounts:
 
 
 class RequestObservation:
-    """Fed by the relay while one request is proxied; `finish` turns it into an `ActivityRecord`.
+    """Fed by the relay while one request is proxied; `record()` turns it into an `ActivityRecord`.
 
-    `on_finish` receives the record once, whichever path ends the request (the place to
-    submit it to the activity writer and the metrics).
+    `end` notes how the request ended and hands the observation to `on_end`, once,
+    whichever path ends it; it does nothing more, so the request path never pays for
+    reading the usage or building the record. `record()` does that, once, whenever the
+    receiver gets to it (the router: in a batch, off the burst of requests).
     """
 
     __slots__ = (
-        "model", "path", "peer", "requested_model", "on_finish", "time", "status", "streamed",
-        "record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
+        "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
+        "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
+        "_ended_at", "_completed", "_disconnected", "_error",
     )
 
     def __init__(
@@ -62,18 +65,22 @@ class RequestObservation:
         peer: str | None = None,
         *,
         requested_model: str | None = None,
-        on_finish: Callable[[ActivityRecord], None] | None = None,
+        on_end: Callable[[RequestObservation], None] | None = None,
     ):
         self.model = model
         self.path = path
         self.peer = peer
         self.requested_model = requested_model
-        self.on_finish = on_finish
+        self.on_end = on_end
         self.time = time.time()
         self._started = time.perf_counter()
         self.status = 0
         self.streamed = False
-        self.record: ActivityRecord | None = None
+        self._record: ActivityRecord | None = None
+        self._ended_at: float | None = None
+        self._completed = False
+        self._disconnected = False
+        self._error: str | None = None
         self._first_at: float | None = None
         self._last_at = 0.0
         self._head: list[bytes] = []
@@ -123,16 +130,40 @@ class RequestObservation:
         """Bytes of the body held for `finish` (bounded, however long the response)."""
         return self._head_bytes + self._tail_bytes
 
-    def fail(self, status: int, error: str) -> ActivityRecord:
-        """The router answered itself (no upstream response): record that answer."""
+    @property
+    def ended(self) -> bool:
+        return self._ended_at is not None
+
+    def fail(self, status: int, error: str) -> None:
+        """The router answered itself (no upstream response): end with that answer."""
         self.status = status
-        return self.finish(completed=False, error=error)
+        self.end(completed=False, error=error)
+
+    def end(self, completed: bool = True, disconnected: bool = False, error: str | None = None) -> None:
+        """The request is over: note how, and hand the observation to `on_end` (only the first call counts)."""
+        if self._ended_at is not None:
+            return
+        self._ended_at = time.perf_counter()
+        self._completed = completed
+        self._disconnected = disconnected
+        self._error = error
+        if self.on_end is not None:
+            try:
+                self.on_end(self)
+            except Exception:  # recording must never break a request
+                log.exception("recording the activity of %s %s failed", self.model, self.path)
 
     def finish(self, completed: bool = True, disconnected: bool = False, error: str | None = None) -> ActivityRecord:
-        """The request is over; returns its record (the same one if called again)."""
-        if self.record is not None:
-            return self.record
-        ended = time.perf_counter()
+        """`end`, then `record()`."""
+        self.end(completed, disconnected, error)
+        return self.record()
+
+    def record(self) -> ActivityRecord:
+        """The request's record, read from the bytes kept (built once; after `end`)."""
+        if self._record is not None:
+            return self._record
+        assert self._ended_at is not None, "record() before end()"
+        completed, disconnected, error = self._completed, self._disconnected, self._error
         head = b"".join(self._head)
         tail = b"".join(self._tail)
         if not self._gap:
@@ -150,12 +181,12 @@ class RequestObservation:
             if tokens_per_second is None and (counts.completion_tokens or 0) >= 2 and self._last_at > self._first_at:
                 # Tokens after the first, over the time between the first and the last chunk.
                 tokens_per_second = (counts.completion_tokens - 1) / (self._last_at - self._first_at)
-        self.record = ActivityRecord(
+        self._record = ActivityRecord(
             time=self.time,
             model=self.model,
             path=self.path,
             status=status,
-            duration_ms=(ended - self._started) * 1000,
+            duration_ms=(self._ended_at - self._started) * 1000,
             requested_model=self.requested_model,
             peer=self.peer,
             prompt_tokens=counts.prompt_tokens,
@@ -168,12 +199,7 @@ class RequestObservation:
         )
         self._head.clear()
         self._tail.clear()
-        if self.on_finish is not None:
-            try:
-                self.on_finish(self.record)
-            except Exception:  # recording must never break a request
-                log.exception("recording the activity of %s %s failed", self.model, self.path)
-        return self.record
+        return self._record
 
 
 # -- reading the upstream's accounting (pure functions over bytes) ---------------
