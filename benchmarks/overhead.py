@@ -213,13 +213,16 @@ async def burst_ttfb(
     bursts of `warm_tokens`-token streams, long enough to overlap, so a proxy's own pool
     to the upstream holds as many connections as the burst needs before anything is
     measured. Then round by round, the paths in a rotating order, each path gets one
-    burst. The CPU seconds each proxy process in `proxies` spent on its burst are noted too.
+    burst. The CPU seconds each proxy process in `proxies` spent over the measured rounds
+    are noted too: over all of them, not only inside its own bursts, so work a proxy
+    defers past its burst (swaplab's batched bookkeeping) still counts.
     """
     names = list(paths)
     bursts = {name: Burst(url, streams) for name, url in paths.items()}
     measured = {name: chat_request(url, chat_body(model, True, max_tokens)) for name, url in paths.items()}
     warm = {name: chat_request(url, chat_body(model, True, warm_tokens)) for name, url in paths.items()}
     results: dict[str, dict[str, list]] = {name: {"ttfb": [], "cpu_seconds": []} for name in names}
+    cpu_at_start: dict[str, float] = {}
 
     def cpu(name: str) -> float:
         if name not in proxies:
@@ -233,17 +236,19 @@ async def burst_ttfb(
         for _ in range(2):
             for name in names:
                 await bursts[name].fire(warm[name])
+        await asyncio.sleep(0.2)  # the warm-up's own bookkeeping is not the measure's
+        cpu_at_start = {name: cpu(name) for name in names}
         for round_index in range(rounds):
             order = names[round_index % len(names):] + names[: round_index % len(names)]
             for name in order:
                 await asyncio.sleep(0.03)  # what the last burst left behind (closing, recording) settles
-                before = cpu(name)
                 replies = await bursts[name].fire(measured[name])
                 if any(reply.events < 2 for reply in replies):
                     raise RuntimeError(f"{paths[name]}: a burst's response was not a stream of events")
-                await asyncio.sleep(0.01)  # the proxy finishes its bookkeeping after the last byte
-                results[name]["cpu_seconds"].append(cpu(name) - before)
                 results[name]["ttfb"].append([reply.first_byte for reply in replies])
+        await asyncio.sleep(0.2)  # what the last bursts deferred is done
+        for name in names:
+            results[name]["cpu_seconds"] = [cpu(name) - cpu_at_start[name]]
     finally:
         for burst in bursts.values():
             await burst.close()

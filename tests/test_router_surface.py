@@ -287,3 +287,28 @@ models:
             raw = (await response.read()).decode()
     last = json.loads(raw.strip().split("\n\n")[-1].removeprefix("data: "))
     assert "exited with code 4 while starting" in last["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "content_type, body, model",
+    [
+        ("application/json", b'{"model": "a", "messages": []}', "a"),
+        ("application/json", b'  {"model": "\xc3\xa9t\xc3\xa9"}', "\u00e9t\u00e9"),
+        # What orjson refuses and json takes still names its model: NaN, integers beyond 64 bits.
+        ("application/json", b'{"model": "a", "temperature": NaN}', "a"),
+        ("application/json", b'{"model": "a", "seed": 123456789012345678901234567890}', "a"),
+        ("application/json", b'{"model": 7}', None),
+        ("application/json", b"[1, 2]", None),
+        ("application/json", b'{"model": "a"', None),
+        ("text/plain", b"model=a", None),
+        ("application/json", b"", None),
+    ],
+)
+def test_the_model_is_read_from_any_json_body_a_client_sends(content_type, body, model):
+    from swaplab.router.filters import encode
+    from swaplab.router.targets import model_from_body
+
+    name, document = model_from_body(content_type, body)
+    assert name == model
+    if name is not None:
+        assert model_from_body(content_type, encode(document))[0] == model  # a rewritten body reads the same

@@ -1,10 +1,13 @@
 """The one owner of every backend's lifecycle: who runs, who waits, who must stop.
 
-Requests call `lease(model)`; the fleet holds them until the model is ready, starts
-and stops backends as `placement.place` decides (llama-swap's group rules, or device
-claims when the config declares devices), and never evicts a model with requests in
-flight. Every decision is taken in `_schedule`, a synchronous method: on one event
-loop nothing can change between reading a state and acting on it.
+Requests (and `/load`, and preloads) call `acquire(model)`: the fleet admits them against
+the model's `concurrencyLimit`, holds them until the model is ready, starts and stops
+backends as `placement.place` decides (llama-swap's group rules, or device claims when
+the config declares devices), and never evicts a model with requests in flight. It owns
+the config in force. Every decision is taken in `_schedule`, a synchronous method: on
+one event loop nothing can change between reading a state and acting on it. Backends
+report each change of state through one callback, which only asks for a decision soon
+after, so no decision ever runs inside another.
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ MEMORY_POLL_SECONDS = 0.2
 # llama-swap's default when a model sets no concurrencyLimit.
 DEFAULT_CONCURRENCY_LIMIT = 10
 
-# Why a run was asked to stop. A start cut short by a reload keeps its queued requests
-# (the new entry serves them); cut short by anything else, they fail with the reason.
+# Why a run was asked to stop, as clients read it ("was stopped (unloaded) while ...").
+# A start cut short by a reload keeps its queued requests (the new entry serves them).
 STOP_RELOAD = "its config entry changed"
 STOP_UNLOAD = "unloaded"
 STOP_SHUTDOWN = "the router is shutting down"
@@ -185,12 +188,11 @@ class Fleet:
         async with self.lease(model_id) as lease:
             lease.completed = True
 
-    async def acquire(self, model_id: str) -> Lease:
-        """Wait until `model_id` is ready and admit one request to it.
+    def admit_now(self, model_id: str) -> Lease | None:
+        """Admit a request at once if nothing stands in the way (the model ready, nothing queued), else None.
 
-        Raises `OverCapacity` at once when the model already holds `concurrencyLimit`
-        requests; `BackendUnavailable`, `PlacementRefused` or `BackendStartError` when it
-        cannot be started.
+        Raises `OverCapacity` when the model already holds `concurrencyLimit` requests. The
+        request path calls this first: the common case costs no coroutine.
         """
         if self._closed:
             raise BackendStartError("the router is shutting down")
@@ -205,9 +207,21 @@ class Fleet:
             raise OverCapacity(f"model {model_id!r} already has {limit} requests (concurrencyLimit)")
         backend = self._backends.get(model_id)
         if not self._waiting and backend is not None and backend.state is State.READY and model_id not in self._outdated:
-            # The hot path: nothing queued, so nothing to be fair to. Admit at once.
+            # Nothing queued, so nothing to be fair to.
             self.metrics.queue_wait(model_id, 0.0)
             return self._grant(backend)
+        return None
+
+    async def acquire(self, model_id: str) -> Lease:
+        """Wait until `model_id` is ready and admit one request to it.
+
+        Raises `OverCapacity` at once when the model already holds `concurrencyLimit`
+        requests; `BackendUnavailable`, `PlacementRefused` or `BackendStartError` when it
+        cannot be started.
+        """
+        lease = self.admit_now(model_id)
+        if lease is not None:
+            return lease
         waiter = _Waiter(model_id, asyncio.get_running_loop().create_future())
         self._waiting.append(waiter)
         self._schedule()
@@ -224,7 +238,12 @@ class Fleet:
             raise
 
     async def reacquire(self, lease: Lease) -> Lease:
-        """The lease's run has ended under it (its server died): give the slot back, wait for a new run."""
+        """The lease's server died under it: once its run has ended, trade the slot for one on a new run.
+
+        Waiting for the end (not only the exit) means the backend no longer shows the dead
+        run as ready, so the new lease cannot land on it again.
+        """
+        await asyncio.shield(lease.run.ended)
         self.release(lease, succeeded=False)
         return await self.acquire(lease.backend.id)
 
@@ -356,7 +375,7 @@ class Fleet:
             self.metrics.swap()
             for victim in placement.evict:
                 log.info("stopping %s to make room for %s", victim, backend.id)
-                self._backends[victim].stop(f"stopped to make room for {backend.id}")
+                self._backends[victim].stop(f"to make room for {backend.id}")
         elif placement.action == "wait":
             if self._waiting_reason.get(backend.id) != placement.reason:
                 # Waiting for the models just evicted to finish stopping is routine.

@@ -89,15 +89,6 @@ class Run:
         """The server's pid while it runs."""
         return self.transport.get_pid() if self.transport is not None and not self.exited.is_set() else None
 
-    async def wait_end(self, grace: float) -> bool:
-        """Has this run ended, or does it end within `grace` seconds? (Waiting never cancels it.)"""
-        if not self.ended.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self.ended), grace)
-            except asyncio.TimeoutError:
-                return False
-        return True
-
 
 class Backend:
     """Owns one model's server process. Only the fleet calls `start` and `stop`."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from swaplab.config.model import Config, Filters, ModelConfig, Timeouts
 from swaplab.errors import SwaplabError
@@ -240,54 +241,53 @@ class Router:
         target = resolve(self.config, name)
         if target is None:
             return self._unknown_model(name)  # not recorded: its label would be whatever was typed
-        dialect = stream_dialect(path, document)
         if isinstance(target, PeerTarget):
-            keepalive = KeepAlive(request, dialect, self.config.heartbeat_interval, self._keepalive_clock) if dialect is not None else None
-            forward = self._forward_to_peer(request, target, name, path, body, document, keepalive)
-        else:
-            model = self.config.models[target.model_id]
-            keepalive = KeepAlive(request, dialect, model.heartbeat_interval, self._keepalive_clock) if dialect is not None else None
-            loading = keepalive is not None and wants_loading_state(model, path, document)
-            forward = self._forward_to_model(request, model.id, name, path, body, document, keepalive, loading)
-        try:
-            return await forward
-        finally:
-            if keepalive is not None:
-                await keepalive.stop()
+            return await self._forward_to_peer(request, target, name, path, body, document)
+        return await self._forward_to_model(request, target.model_id, name, path, body, document)
 
     async def _forward_to_model(
-        self,
-        request: web.Request,
-        model_id: str,
-        name: str,
-        path: str,
-        body: bytes,
-        document: dict | None,
-        keepalive: KeepAlive | None,
-        loading: bool,
+        self, request: web.Request, model_id: str, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         observation = RequestObservation(model_id, path, requested_model=name, on_end=self._record)
-        if keepalive is not None:
+        model = self.config.models[model_id]
+        dialect = stream_dialect(path, document)
+        keepalive = None
+        if dialect is not None:
+            keepalive = KeepAlive(request, dialect, model.heartbeat_interval, self._keepalive_clock)
             keepalive.arm()
+        lease: Lease | None = None
         try:
-            lease = await self._acquire(model_id, keepalive, loading)
-        except OverCapacity as error:
-            return await _failed(observation, 429, str(error), "rate_limit_exceeded", error.retry_after, keepalive)
-        except BackendUnavailable as error:
-            return await _failed(observation, 503, str(error), "model_unavailable", error.retry_after, keepalive)
-        except SwaplabError as error:
-            return await _failed(observation, 503, str(error), "model_unavailable", None, keepalive)
-        except asyncio.CancelledError:
-            observation.end(completed=False, disconnected=True)  # left while queued
-            raise
-        try:
+            try:
+                # Every request passes here: a ready model with nothing queued admits at
+                # once, without a coroutine of its own.
+                lease = self.fleet.admit_now(model_id)
+                if lease is None:
+                    loading = keepalive is not None and wants_loading_state(model, path, document)
+                    lease = await self._acquire(model_id, keepalive, loading)
+            except OverCapacity as error:
+                return await _failed(observation, 429, str(error), "rate_limit_exceeded", error.retry_after, keepalive)
+            except BackendUnavailable as error:
+                return await _failed(observation, 503, str(error), "model_unavailable", error.retry_after, keepalive)
+            except SwaplabError as error:
+                return await _failed(observation, 503, str(error), "model_unavailable", None, keepalive)
+            except asyncio.CancelledError:
+                observation.end(completed=False, disconnected=True)  # left while queued
+                raise
             for attempt in (1, 2):
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.
                 model = lease.model
                 sent = body if document is None else self._filtered(body, document, model.use_model_name or None, model.filters)
                 try:
-                    upstream = await self._open(request, model.proxy, path, sent, model.timeouts)
+                    upstream = await open_upstream(
+                        self._upstream_session(model.proxy, model.timeouts),
+                        request.method,
+                        model.proxy.rstrip("/") + path,
+                        self._upstream_headers(request, None),
+                        sent,
+                        connect_timeout=model.timeouts.connect,
+                        response_header_timeout=model.timeouts.response_header,
+                    )
                 except UpstreamError as error:
                     if not error.unreachable:
                         return await _failed(observation, error.status, str(error), "upstream_error", None, keepalive)
@@ -305,7 +305,10 @@ class Router:
                 return response
             raise AssertionError("unreachable")
         finally:
-            self.fleet.release(lease, succeeded=lease.completed)
+            if lease is not None:
+                self.fleet.release(lease, succeeded=lease.completed)
+            if keepalive is not None and not keepalive.quiet():
+                await keepalive.stop()
 
     async def _acquire(self, model_id: str, keepalive: KeepAlive | None, loading: bool) -> Lease:
         """Admission through the fleet; with `sendLoadingState`, loading progress streams meanwhile."""
@@ -337,7 +340,7 @@ class Router:
         except asyncio.TimeoutError:
             return _Failure(502, f"model {model_id!r} (pid {run.pid}) is running but {error}")
         if not run.crashed:
-            return _Failure(503, f"model {model_id!r} was {run.stop_reason} while this request was on its way")
+            return _Failure(503, f"model {model_id!r} was stopped ({run.stop_reason}) while this request was on its way")
         if not first:
             return _Failure(
                 502, f"model {model_id!r} crashed (exit {run.exit_code}) again, right after its restart, "
@@ -365,17 +368,10 @@ class Router:
             return f"model {model_id!r} closed the connection mid-stream (its process is still running)"
         if run.crashed:
             return f"model {model_id!r} exited mid-stream (code {run.exit_code})"
-        return f"model {model_id!r} was {run.stop_reason} mid-stream"
+        return f"model {model_id!r} was stopped mid-stream ({run.stop_reason})"
 
     async def _forward_to_peer(
-        self,
-        request: web.Request,
-        target: PeerTarget,
-        name: str,
-        path: str,
-        body: bytes,
-        document: dict | None,
-        keepalive: KeepAlive | None,
+        self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         peer = target.peer
         observation = RequestObservation(
@@ -389,20 +385,35 @@ class Router:
             )
         if document is not None:
             body = self._filtered(body, document, target.model, peer.filters)
-        if keepalive is not None:
+        dialect = stream_dialect(path, document)
+        keepalive = None
+        if dialect is not None:
+            keepalive = KeepAlive(request, dialect, self.config.heartbeat_interval, self._keepalive_clock)
             keepalive.arm()
-        try:
-            upstream = await self._open(
-                request, peer.proxy, path, body, peer.timeouts, extra_headers=peer_credentials(peer)
-            )
-        except UpstreamError as error:
-            return await _failed(observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive)
 
         async def explain() -> str:
             return f"peer {peer.id!r} broke off mid-response"
 
-        response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
-        return response
+        try:
+            try:
+                upstream = await open_upstream(
+                    self._upstream_session(peer.proxy, peer.timeouts),
+                    request.method,
+                    peer.proxy.rstrip("/") + path,
+                    self._upstream_headers(request, peer_credentials(peer)),
+                    body,
+                    connect_timeout=peer.timeouts.connect,
+                    response_header_timeout=peer.timeouts.response_header,
+                )
+            except UpstreamError as error:
+                return await _failed(
+                    observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
+                )
+            response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
+            return response
+        finally:
+            if keepalive is not None and not keepalive.quiet():
+                await keepalive.stop()
 
     @staticmethod
     def _filtered(body: bytes, document: dict, upstream_model: str | None, rules: Filters) -> bytes:
@@ -410,30 +421,13 @@ class Router:
         rewritten = filters.rewrite(document, upstream_model, rules)
         return body if rewritten is None else filters.encode(rewritten)
 
-    async def _open(
-        self,
-        request: web.Request,
-        base_url: str,
-        path: str,
-        body: bytes,
-        timeouts: Timeouts,
-        *,
-        extra_headers: dict[str, str] | None = None,
-    ) -> aiohttp.ClientResponse:
-        """Send the request to `base_url + path`; returns once the response headers are in."""
-        headers = forward_headers(request.headers, extra_headers)
-        if self.config.api_keys and not extra_headers:
+    def _upstream_headers(self, request: web.Request, credentials: dict[str, str] | None) -> CIMultiDict[str]:
+        """The headers sent upstream: the client's, less hop-by-hop ones, plus a peer's `credentials`."""
+        headers = forward_headers(request.headers, credentials)
+        if self.config.api_keys and not credentials:
             for name in CREDENTIAL_HEADERS:  # the router's key is the router's, not the upstream's
                 headers.pop(name, None)
-        return await open_upstream(
-            self._upstream_session(base_url, timeouts),
-            request.method,
-            base_url.rstrip("/") + path,
-            headers,
-            body,
-            connect_timeout=timeouts.connect,
-            response_header_timeout=timeouts.response_header,
-        )
+        return headers
 
     def _upstream_session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
         """One connection pool per upstream address and idle limit (`idleConn`).

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from swaplab.config.model import Filters
 
 PROTECTED = frozenset({"model"})
@@ -30,7 +32,11 @@ def rewrite(document: dict[str, Any], upstream_model: str | None, filters: Filte
 
 
 def encode(document: dict[str, Any]) -> bytes:
-    return json.dumps(document, ensure_ascii=False).encode()
+    """The rewritten body (orjson: a long prompt is re-encoded on every request that filters apply to)."""
+    try:
+        return orjson.dumps(document)
+    except TypeError:  # an integer beyond 64 bits, read by json's fallback
+        return json.dumps(document, ensure_ascii=False).encode()
 
 
 _MISSING = object()

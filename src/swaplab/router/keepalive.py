@@ -181,6 +181,18 @@ class KeepAlive:
             self._task.cancel()
             self._task = None
 
+    def quiet(self) -> bool:
+        """No more heartbeats, if none is under way (the common case, without a coroutine).
+
+        Returns False when one is: then `await stop()`.
+        """
+        if self._task is not None:
+            return False
+        self._stopped = True
+        if self.due:
+            self._clock.discard(self)
+        return True
+
     async def stop(self) -> web.StreamResponse | None:
         """No more heartbeats; returns the committed response, if there is one."""
         self._stopped = True

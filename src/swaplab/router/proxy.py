@@ -179,12 +179,12 @@ async def relay(
             if keepalive is not None:
                 if upstream.status == 200 and is_event_stream:
                     keepalive.adopt(response)
-                else:
+                elif not keepalive.quiet():
                     await keepalive.stop()
         content = upstream.content
         try:
             chunk = await content.readany()
-            if keepalive is not None:
+            if keepalive is not None and not keepalive.quiet():
                 await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
             while chunk:
                 if observation is not None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
 
+import orjson
+
 from swaplab.config.model import Config, PeerConfig
 
 
@@ -68,9 +70,14 @@ def model_from_body(content_type: str, body: bytes) -> tuple[str | None, dict | 
         return _model_from_multipart(content_type, body), None
     if body[:1] in (b"{", b" ", b"\n", b"\r", b"\t"):
         try:
-            document = json.loads(body)
-        except ValueError:
-            return None, None
+            # Every request's body is parsed on its way to the first byte, and a 64k-token
+            # prompt is 300 KB of JSON: orjson reads it in a fifth of json's time.
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            try:  # what orjson refuses and json takes: NaN, integers beyond 64 bits
+                document = json.loads(body)
+            except ValueError:
+                return None, None
         if isinstance(document, dict):
             model = document.get("model")
             return (model if isinstance(model, str) else None), document
