@@ -207,7 +207,8 @@ async def burst_ttfb(
     warm_tokens: int,
     proxies: dict[str, psutil.Process],
 ) -> dict[str, dict[str, list]]:
-    """Per path, per round: the TTFB of each of `streams` streaming requests released at one instant.
+    """Per path: the TTFB of each of `streams` streaming requests released at one instant, per round,
+    and the proxy's CPU seconds over all the rounds (`cpu_seconds`, one entry).
 
     Each path gets its `streams` connections opened first and warmed by two unmeasured
     bursts of `warm_tokens`-token streams, long enough to overlap, so a proxy's own pool
@@ -462,7 +463,7 @@ async def main() -> int:
             report["raw"][key] = results
             added = {path: burst_added(results, path) for path in results if path != "direct"}
             sw, pt = statistics.median(added["swaplab"]), statistics.median(added["passthrough"])
-            # Summed over the rounds: a process's CPU time is counted in 10 ms ticks.
+            # Over the whole measure (a process's CPU time is counted in 10 ms ticks: one burst is too short).
             cpu_ms = {path: sum(results[path]["cpu_seconds"]) * 1e3 / (64 * burst_rounds) for path in proxies}
             interval = bootstrap_ratio(added["swaplab"], added["passthrough"])
             report[f"added_ms_{key}"] = {
