@@ -1260,6 +1260,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="swaplab-soak-"))
     soak = Soak(args, workdir)
+    # A soak stopped with SIGTERM (`kill`, a CI timeout) must still take its router and
+    # backends down: SystemExit unwinds through the finally below, the default action would not.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         code = asyncio.run(soak.run())
     finally:
