@@ -128,6 +128,6 @@ def test_bad_input_is_one_line_exit_2_and_no_run(router, db, case):
 
 def test_a_stored_run_names_what_ran(router, db):
     run = get_run(db, list_runs(db, kind="throughput", limit=1)[0]["id"])
-    assert (run["model"], run["alias"], run["backend_kind"]) == ("smollm2", None, "llama.cpp")
+    assert (run["model"], run["requested_model"], run["backend_kind"]) == ("smollm2", None, "llama.cpp")
     assert run["summary"]["client_overhead_ms"] is not None
     assert run["parameters"]["levels"][0]["input_tokens"] == 128

@@ -52,7 +52,7 @@ def db(tmp_path):
             ))
     requests.append(RequestRow(rep=2, level="c=2", seq=4, error="HTTP 500: out of memory"))
     save_run(path, Run(
-        kind="throughput", target_url="http://127.0.0.1:8080", model="smollm2-135m", alias="smollm2",
+        kind="throughput", target_url="http://127.0.0.1:8080", model="smollm2", requested_model="smollm2-135m",
         backend_kind="llama.cpp", backend_version="b6000", config_hash="3f2a9c1e", host="bench-box",
         started_at=START, ended_at=START + 41.5, warmup_discarded=1,
         parameters={"input_tokens": 128, "output_tokens": 64, "concurrency": [1, 2], "reps": 2},
@@ -127,7 +127,7 @@ def test_show_json_is_the_whole_run(db):
     result = runs("show", "1", "--db", str(db), "--json")
     assert result.returncode == 0, result.stderr
     run = json.loads(result.stdout)
-    assert run["model"] == "smollm2-135m" and run["alias"] == "smollm2" and run["config_hash"] == "3f2a9c1e"
+    assert run["model"] == "smollm2" and run["requested_model"] == "smollm2-135m" and run["config_hash"] == "3f2a9c1e"
     assert run["parameters"]["concurrency"] == [1, 2]
     assert run["summary"]["levels"][1]["output_tokens_per_second"] == {"mean": 272.0, "min": 270.0, "max": 274.0, "n": 2}
     assert len(run["requests"]) == 10 and run["requests"][0]["warmup"] is True

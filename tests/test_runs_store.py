@@ -54,9 +54,9 @@ def test_a_version_1_file_keeps_its_activity_and_gains_the_run_tables(tmp_path):
         assert schema_version(old) == 1
         assert old.execute("SELECT name FROM sqlite_master WHERE name = 'runs'").fetchone() is None
     with closing(connect(path)) as connection:
-        assert schema_version(connection) == SCHEMA_VERSION == 2
+        assert schema_version(connection) == SCHEMA_VERSION == 3
         assert table_columns(connection, "runs") == [
-            "id", "kind", "target_url", "model", "alias", "backend_kind", "backend_version", "config_hash", "host",
+            "id", "kind", "target_url", "model", "requested_model", "backend_kind", "backend_version", "config_hash", "host",
             "swaplab_version", "parameters", "started_at", "ended_at", "warmup_discarded", "summary", "status",
         ]
         assert table_columns(connection, "requests") == [
@@ -65,17 +65,41 @@ def test_a_version_1_file_keeps_its_activity_and_gains_the_run_tables(tmp_path):
             "warmup", "data",
         ]
         indexes = {row["name"] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert {"runs_by_model", "runs_by_alias", "runs_by_kind", "runs_by_time", "requests_by_run"} <= indexes
+        assert {"runs_by_model", "runs_by_requested_model", "runs_by_kind", "runs_by_time", "requests_by_run"} <= indexes
         assert [row["completion_tokens"] for row in recent_activity(connection)] == [9]
         save_run(connection, a_run(), some_requests())
     assert count(path, "runs") == 1 and count(path, "activity") == 1
 
 
+def test_a_version_2_file_names_its_runs_as_the_activity_table_does(tmp_path):
+    path = tmp_path / "v2.db"
+    with closing(connect(path, migrations=MIGRATIONS[:2])) as old:  # `model` the name asked for, `alias` the id
+        old.execute("INSERT INTO runs (kind, target_url, model, alias, swaplab_version, started_at, status) "
+                    "VALUES ('throughput', 'http://r', 'smollm2-135m', 'smollm2', '0.1.0', ?, 'completed')", [START])
+        old.execute("INSERT INTO runs (kind, target_url, model, alias, swaplab_version, started_at, status) "
+                    "VALUES ('grill', 'http://b', 'gemma3-270m', NULL, '0.1.0', ?, 'completed')", [START + 1])
+        old.execute("INSERT INTO requests (run_id, rep, level, seq, ttft_ms) VALUES (1, 1, 'c=1', 0, 31.0)")
+        assert schema_version(old) == 2
+    with closing(connect(path)) as connection:
+        assert schema_version(connection) == SCHEMA_VERSION
+        assert "alias" not in table_columns(connection, "runs")
+        indexes = {row["name"] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "runs_by_alias" not in indexes and "runs_by_requested_model" in indexes
+        through_alias, direct = list_runs(connection, limit=10)[::-1]
+        assert (through_alias["model"], through_alias["requested_model"]) == ("smollm2", "smollm2-135m")
+        assert (direct["model"], direct["requested_model"]) == ("gemma3-270m", None)
+        assert [run["id"] for run in list_runs(connection, model="smollm2-135m")] == [through_alias["id"]]
+        assert recorded_models(connection) == ["gemma3-270m", "smollm2", "smollm2-135m"]
+        assert get_run(connection, through_alias["id"])["requests"][0]["ttft_ms"] == 31.0
+        save_run(connection, a_run(2, requested_model="smollm2-135m"))
+    assert count(path, "runs") == 3
+
+
 def test_listing_by_model_uses_the_index(tmp_path):
     with closing(connect(tmp_path / "a.db")) as connection:
         plan = " ".join(row[-1] for row in connection.execute(
-            "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE model = ? OR alias = ? ORDER BY started_at DESC", ["m", "m"]))
-    assert "runs_by_model" in plan and "runs_by_alias" in plan
+            "EXPLAIN QUERY PLAN SELECT id FROM runs WHERE model = ? OR requested_model = ? ORDER BY started_at DESC", ["m", "m"]))
+    assert "runs_by_model" in plan and "runs_by_requested_model" in plan
 
 
 # -- save, list, get -------------------------------------------------------------------------
@@ -84,7 +108,7 @@ def test_listing_by_model_uses_the_index(tmp_path):
 def test_a_run_comes_back_as_it_was_saved(tmp_path):
     db = tmp_path / "a.db"
     run = a_run(
-        alias="smollm2-135m", backend_kind="llama.cpp", backend_version="b6000", config_hash="3f2a9c1e",
+        requested_model="smollm2-135m", backend_kind="llama.cpp", backend_version="b6000", config_hash="3f2a9c1e",
         host="bench-box", warmup_discarded=1, status="completed",
         parameters={"input_tokens": 128, "concurrency": [1, 2], "json": Path("/tmp/report.json"), "odd": math.nan},
     )
@@ -100,7 +124,7 @@ def test_a_run_comes_back_as_it_was_saved(tmp_path):
     run_id = save_run(db, run, requests)
     got = get_run(db, run_id)
     assert got is not None and got["id"] == run_id
-    for name in ("kind", "target_url", "model", "alias", "backend_kind", "backend_version", "config_hash", "host",
+    for name in ("kind", "target_url", "model", "requested_model", "backend_kind", "backend_version", "config_hash", "host",
                  "swaplab_version", "started_at", "ended_at", "warmup_discarded", "summary", "status"):
         assert got[name] == getattr(run, name), name
     # JSON any reader accepts: paths as strings, NaN as null.
@@ -132,9 +156,9 @@ def test_list_runs_newest_first_filtered_by_model_or_alias_and_kind(tmp_path):
     db = tmp_path / "a.db"
     with closing(connect(db)) as connection:
         first = save_run(connection, a_run(1), some_requests(2))
-        second = save_run(connection, a_run(2, kind="prefill", alias="smollm2-135m"), some_requests(1, error="boom"))
+        second = save_run(connection, a_run(2, kind="prefill", requested_model="smollm2-135m"), some_requests(1, error="boom"))
         third = save_run(connection, a_run(3, model="gemma3-270m"))
-        fourth = save_run(connection, a_run(4, model="smollm2-135m", alias="smollm2", kind="grill"))
+        fourth = save_run(connection, a_run(4, model="smollm2-135m", requested_model="smollm2", kind="grill"))
     assert [run["id"] for run in list_runs(db)] == [fourth, third, second, first]
     assert [run["id"] for run in list_runs(db, limit=2)] == [fourth, third]
     assert [run["id"] for run in list_runs(db, model="smollm2")] == [fourth, second, first]
@@ -152,7 +176,7 @@ def test_runs_for_models_finds_runs_recorded_under_an_alias(tmp_path):
     with closing(connect(db)) as connection:  # the seed's model: one id, two aliases, runs under each name
         by_alias = save_run(connection, a_run(3, kind="grill", model="glm-4.7-flash-sglang-tp2"))
         by_id = save_run(connection, a_run(1, kind="throughput", model="glm-flash-sglang"))
-        resolved = save_run(connection, a_run(2, kind="prefill", model="glm-flash", alias="glm-flash-sglang"))
+        resolved = save_run(connection, a_run(2, kind="prefill", model="glm-flash-sglang", requested_model="glm-flash"))
         save_run(connection, a_run(4, kind="grill", model="glm-flash-awq"))  # same weights, another model
     names = ["glm-flash-sglang", "glm-4.7-flash-sglang-tp2", "glm-flash-sglang"]
     assert [run["id"] for run in runs_for_models(db, names)] == [by_id, resolved, by_alias]  # oldest first

@@ -18,6 +18,7 @@ from typing import Any
 
 from swaplab.bench.summary import HEADLINE_METRIC, measured, per_rep
 from swaplab.errors import SwaplabError
+from swaplab.results.present import model_name
 from swaplab.results.runs import get_run
 from swaplab.results.stats import Comparison, compare
 
@@ -122,7 +123,7 @@ def sentences(result: RunComparison) -> list[str]:
 
 
 def _about(run: dict[str, Any]) -> str:
-    model = run["model"] + (f" ({run['alias']})" if run.get("alias") else "")
+    model = model_name(run["model"], run.get("requested_model"))
     backend = " ".join(part for part in (run.get("backend_kind"), run.get("backend_version")) if part)
     return f"run {run['id']}, {run['kind']} of {model} at {run['target_url']}" + (f", {backend}" if backend else "")
 

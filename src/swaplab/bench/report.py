@@ -24,7 +24,7 @@ from rich.text import Text
 
 from swaplab.bench.run import BenchOutcome, Observer
 from swaplab.client import RequestResult
-from swaplab.results.present import levels_table
+from swaplab.results.present import levels_table, model_name
 
 # The columns of the end-of-run table, per kind (the store keeps every figure).
 SHOWN = {
@@ -104,8 +104,7 @@ def show_outcome(outcome: BenchOutcome, console: Console, *, db_path: str, json_
     """The results table and what the run means, after it."""
     summary = outcome.summary
     run = outcome.run
-    about = f"{run.kind} of {run.model}" + (f" ({run.alias})" if run.alias else "")
-    about += f" at {run.target_url}"
+    about = f"{run.kind} of {model_name(run.model, run.requested_model)} at {run.target_url}"
     backend = " ".join(part for part in (run.backend_kind, run.backend_version) if part)
     if backend:
         about += f", {backend}"
@@ -156,8 +155,8 @@ def report_document(outcome: BenchOutcome) -> dict[str, Any]:
         "run_id": outcome.run_id,
         "kind": run.kind,
         "target_url": run.target_url,
-        "model": run.model,
-        "model_id": run.alias or run.model,
+        "model": run.requested_model or run.model,
+        "model_id": run.model,
         "backend_kind": run.backend_kind,
         "backend_version": run.backend_version,
         "config_hash": run.config_hash,

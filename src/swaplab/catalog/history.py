@@ -24,7 +24,7 @@ class GrillRow:
     run_id: int
     started: str
     model: str
-    """The name the run was recorded under (an id or an alias)."""
+    """The name the run asked for (an id or an alias)."""
     backend: str
     status: str
     score: str
@@ -53,7 +53,7 @@ def grill_row(run: Mapping[str, Any]) -> GrillRow:
     return GrillRow(
         run_id=run["id"],
         started=when(run.get("started_at")),
-        model=run.get("model", ""),
+        model=run.get("requested_model") or run.get("model", ""),
         backend=backend(run),
         status=run.get("status", "completed"),
         score=score_text,

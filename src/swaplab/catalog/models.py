@@ -47,7 +47,7 @@ class CatalogModel:
 def catalog_models(config: Config, recorded: Iterable[tuple[str, str | None]], notes: Sequence[Note]) -> list[CatalogModel]:
     """Local models in config order, then peer models, then retired ids sorted.
 
-    `recorded` is the (model, alias) pair of each run in the store.
+    `recorded` is the (model, requested_model) pair of each run in the store.
     """
     names = config_model_names(config)
     models: list[CatalogModel] = []
@@ -83,17 +83,17 @@ def retired_models(
 ) -> list[CatalogModel]:
     """Ids no model of the config answers to, sorted, each with the other names its runs paired it with.
 
-    A run's `alias` is the id its server resolved `model` to, so it names the retired
-    model and `model` becomes one of its aliases.
+    A run's `model` is the id its server resolved `requested_model` to, so it names the
+    retired model and `requested_model` becomes one of its aliases.
     """
     groups = _NameGroups()
     from_results: set[str] = set()
-    for model, alias in recorded:
-        pair = [name for name in (model, alias) if name and name not in known]
+    for model, requested_model in recorded:
+        pair = [name for name in (requested_model, model) if name and name not in known]
         if not pair:
             continue
         from_results.update(pair)
-        groups.join(pair, preferred=alias if alias in pair else None)
+        groups.join(pair, preferred=model if requested_model and model in pair else None)
     from_notes = {name for note in notes for name in note.models if name not in known}
     for name in sorted(from_notes):
         groups.join([name])

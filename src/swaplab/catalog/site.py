@@ -82,13 +82,13 @@ class Site:
 
 def gather(config: Config, notes: Sequence[Note], runs: Sequence[Mapping[str, Any]], sources: Sources) -> Site:
     """The site's content from a loaded config, the notes and every run in the store."""
-    models = catalog_models(config, [(run["model"], run.get("alias")) for run in runs], notes)
+    models = catalog_models(config, [(run["model"], run.get("requested_model")) for run in runs], notes)
     model_pages = page_names(model.id for model in models)
     note_pages = page_names(note.stem for note in notes)
     pages = []
     for model in models:
         names = set(model.names)
-        own = [run for run in runs if run["model"] in names or run.get("alias") in names]
+        own = [run for run in runs if run["model"] in names or run.get("requested_model") in names]
         history = tuple(grill_rows(own))
         pages.append(
             ModelPage(

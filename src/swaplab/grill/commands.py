@@ -69,8 +69,8 @@ def report_document(outcome: GrillOutcome) -> dict:
     return {
         "run_id": outcome.run_id,
         "kind": run.kind,
-        "model": run.model,
-        "alias": run.alias,
+        "model": run.requested_model or run.model,
+        "alias": run.model if run.requested_model else None,
         "target_url": run.target_url,
         "backend_kind": run.backend_kind,
         "backend_version": run.backend_version,

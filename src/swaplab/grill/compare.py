@@ -85,7 +85,7 @@ def _rounds(run: dict[str, Any]) -> list[str]:
 
 def _about(run: dict[str, Any]) -> str:
     summary = run.get("summary") or {}
-    return f"{run['model']}, {summary.get('headline', '-')}"
+    return f"{run['requested_model'] or run['model']}, {summary.get('headline', '-')}"
 
 
 def _values(values: list[int]) -> str:

@@ -12,6 +12,7 @@ from rich.table import Table
 from swaplab.grill.outcome import PASS, TaskOutcome
 from swaplab.grill.runner import GrillOutcome, Observer
 from swaplab.grill.summary import out_of
+from swaplab.results.present import model_name
 
 RESULT_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
@@ -59,7 +60,7 @@ class ProgressBar(Observer):
 def show_outcome(outcome: GrillOutcome, console: Console, *, db_path: str, json_path: str | None) -> None:
     """The summary tables and where everything went."""
     run, summary = outcome.run, outcome.summary
-    about = f"grill of {run.model}" + (f" ({run.alias})" if run.alias else "") + f" at {run.target_url}"
+    about = f"grill of {model_name(run.model, run.requested_model)} at {run.target_url}"
     backend = " ".join(part for part in (run.backend_kind, run.backend_version) if part)
     if backend:
         about += f", {backend}"

@@ -203,8 +203,8 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
     run = Run(
         kind=GRILL_KIND,
         target_url=settings.url,
-        model=info.model,
-        alias=info.model_id if info.model_id != info.model else None,
+        model=info.model_id,
+        requested_model=info.model if info.model != info.model_id else None,
         backend_kind=info.backend_kind,
         backend_version=info.backend_version,
         config_hash=info.config_hash,

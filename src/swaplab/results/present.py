@@ -131,7 +131,7 @@ def runs_table(runs: list[dict[str, Any]], *, title: str | None = None) -> Table
             str(run["id"]),
             _time(run["started_at"]),
             run["kind"],
-            model_name(run),
+            model_name(run["model"], run["requested_model"]),
             _backend(run),
             headline(run),
             _request_counts(run),
@@ -146,7 +146,7 @@ def run_details(run: dict[str, Any]) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
 
-    shown: list[Any] = [Text(f"Run {run['id']}: {run['kind']} of {model_name(run)}, {run['status']}", style="bold")]
+    shown: list[Any] = [Text(f"Run {run['id']}: {run['kind']} of {model_name(run['model'], run['requested_model'])}, {run['status']}", style="bold")]
     about = Table.grid(padding=(0, 2))
     about.add_column(style="dim")
     about.add_column()
@@ -235,11 +235,11 @@ def headline(run: Mapping[str, Any]) -> str:
     return "-"
 
 
-def model_name(run: Mapping[str, Any]) -> str:
-    """The name asked for, with the id it resolved to in parentheses when different."""
-    if run["alias"] and run["alias"] != run["model"]:
-        return f"{run['model']} ({run['alias']})"
-    return run["model"]
+def model_name(model: str, requested_model: str | None) -> str:
+    """How a run's model is shown: the name asked for, with the id it resolved to in parentheses when different."""
+    if requested_model and requested_model != model:
+        return f"{requested_model} ({model})"
+    return model
 
 
 # -- cells ------------------------------------------------------------------------------------

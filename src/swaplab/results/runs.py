@@ -2,9 +2,10 @@
 
 A run is written whole, in one transaction, when it ends (`save_run`): a run that fails
 or is interrupted before that leaves nothing behind, and a reader never sees half of one.
-Names: `model` is what the user asked for (`--model`, an id or an alias); `alias` is the
-other name, the id the server resolved it to, when that differs. Readers match either,
-so results recorded under an alias count for the model (`runs_for_models`).
+Names, as in the activity table: `model` is the id the server resolved the name to;
+`requested_model` is the name the user asked for (`--model`) when it differs, an alias.
+Readers match either, so results asked for by an alias count for the model
+(`runs_for_models`).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ class Run:
 
     kind: str  # "throughput" | "prefill" | "prefix-cache" | "grill" | ...
     target_url: str
-    model: str  # the name the user asked for: an id or an alias
+    model: str  # the model id, as the server resolved the name asked for
     started_at: float  # unix seconds
-    alias: str | None = None  # the id the server resolved `model` to, when different
+    requested_model: str | None = None  # the name asked for (an alias), when it differs from `model`
     backend_kind: str | None = None  # as the server reports itself: "llama.cpp", "vllm", "sglang", "sim"
     backend_version: str | None = None
     config_hash: str | None = None  # the router's hash of the model's config entry; None when not through swaplab
@@ -146,7 +147,7 @@ def _plain(value: Any) -> Any:
 
 
 def list_runs(db: Database = None, *, model: str | None = None, kind: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """The latest `limit` runs, newest first, without their requests; `model` matches the model or its alias.
+    """The latest `limit` runs, newest first, without their requests; `model` matches the id or the name asked for.
 
     Each is a dict of the `runs` columns (parameters and summary decoded) plus
     `request_count` and `error_count` (warm-up requests left out).
@@ -154,7 +155,7 @@ def list_runs(db: Database = None, *, model: str | None = None, kind: str | None
     conditions: list[str] = []
     parameters: list[Any] = []
     if model is not None:
-        conditions.append("(model = ? OR alias = ?)")
+        conditions.append("(model = ? OR requested_model = ?)")
         parameters += [model, model]
     if kind is not None:
         conditions.append("kind = ?")
@@ -179,7 +180,7 @@ def get_run(db: Database, run_id: int) -> dict[str, Any] | None:
 
 
 def runs_for_models(db: Database, names: Iterable[str], kind: str | Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """Runs recorded under any of `names` (an id and its aliases) as model or alias, oldest first, without requests.
+    """Runs of any of `names` (an id and its aliases), as model or as the name asked for, oldest first, without requests.
 
     `kind` narrows them to one kind or several (`("throughput", "prefill")`).
     """
@@ -187,7 +188,7 @@ def runs_for_models(db: Database, names: Iterable[str], kind: str | Iterable[str
     if not wanted:
         return []
     marks = ", ".join("?" for _ in wanted)
-    query = _SELECT_RUNS + f" WHERE (model IN ({marks}) OR alias IN ({marks}))"
+    query = _SELECT_RUNS + f" WHERE (model IN ({marks}) OR requested_model IN ({marks}))"
     parameters: list[Any] = [*wanted, *wanted]
     if kind is not None:
         kinds = [kind] if isinstance(kind, str) else sorted(set(kind))
@@ -199,8 +200,8 @@ def runs_for_models(db: Database, names: Iterable[str], kind: str | Iterable[str
 
 
 def recorded_models(db: Database = None) -> list[str]:
-    """Every name runs were recorded under (models and aliases), sorted: ids that may survive only in results."""
-    query = "SELECT model FROM runs UNION SELECT alias FROM runs WHERE alias IS NOT NULL ORDER BY 1"
+    """Every name runs were recorded under (ids and the names asked for), sorted: ids that may survive only in results."""
+    query = "SELECT model FROM runs UNION SELECT requested_model FROM runs WHERE requested_model IS NOT NULL ORDER BY 1"
     with _opened(db) as connection:
         return [row["model"] for row in _rows(connection, query, [])]
 

@@ -1,7 +1,7 @@
 """The SQLite file every part of swaplab records into: where it lives, its schema, its migrations.
 
-One file holds the router's activity and (later) bench runs and their requests, so a
-reader can join them with plain SQL. The schema version is SQLite's own
+One file holds the router's activity and the bench and grill runs with their requests,
+so a reader can join them with plain SQL. The schema version is SQLite's own
 `PRAGMA user_version`; `MIGRATIONS` takes a file from version N-1 to N.
 """
 
@@ -99,6 +99,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
         "CREATE INDEX requests_by_run ON requests (run_id, rep, level, seq)",
+    ),
+    # 3: runs name their model as the activity table does: `model` is the id the server
+    # resolved, `requested_model` the name asked for when it differs. Version 2 had them the
+    # other way round, the resolved id in a column called `alias`; its rows are swapped here.
+    (
+        "ALTER TABLE runs RENAME COLUMN alias TO requested_model",
+        "UPDATE runs SET model = requested_model, requested_model = model WHERE requested_model IS NOT NULL",
+        "DROP INDEX runs_by_alias",
+        "CREATE INDEX runs_by_requested_model ON runs (requested_model, started_at)",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
