@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from browser import ARTIFACTS, console_errors, launch, require_chromium
-from test_catalog import (
+from catalogdata import (
     SEED_ALIAS, SEED_CONFIG, SEED_ID, SEED_NOTES, SEPTEMBER_4, grill_run, seed_bench_runs, throughput_run,
 )
+from browser import ARTIFACTS, console_errors, launch, require_chromium
 
 from swaplab.catalog import build_site
 from swaplab.results import save_run

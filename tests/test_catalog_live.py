@@ -9,8 +9,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from catalogdata import SEED_CONFIG, SEPTEMBER_4, grill_run, seed_bench_runs
 from procs import SIM, free_port
-from test_catalog import SEED_CONFIG, SEPTEMBER_4, grill_run, seed_bench_runs
 
 from swaplab.catalog.live import LiveCatalog
 from swaplab.config import load_config, load_config_text
