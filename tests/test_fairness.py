@@ -11,7 +11,7 @@ from pathlib import Path
 from procs import SIM, free_port_block
 from swaplab.config.loader import load_config_text
 from swaplab.fleet import Fleet, LogHub
-from swaplab.fleet.fleet import BackendUnavailable
+from swaplab.fleet.lease import BackendUnavailable
 
 
 async def test_an_exclusive_model_is_served_while_non_exclusive_ones_stay_busy(tmp_path: Path):

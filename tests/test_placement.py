@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from swaplab.config.model import Config, DeviceConfig, GroupConfig, ModelConfig
+from swaplab.fleet.backend import device_env
 from swaplab.fleet.devices import free_gib, read_devices
 from swaplab.fleet.placement import Placement, Resident, claim_faults, claims, place
-from swaplab.fleet.process import device_env
 from test_swap import CASES as GROUP_CASES
 
 

@@ -8,6 +8,12 @@ the config in force. Every decision is taken in `_schedule`, a synchronous metho
 one event loop nothing can change between reading a state and acting on it. Backends
 report each change of state through one callback, which only asks for a decision soon
 after, so no decision ever runs inside another.
+
+Admission, the queue, the swap decisions, TTLs and reloads stay in this one module (a
+little over 500 lines) because they are one state machine over the same few fields:
+split, each part would read and change another's state. What a request is handed and
+refused with is in `lease`, how the state reads on `/running` in `status`, and one
+backend's own lifecycle in `backend`.
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ from typing import Any
 
 import aiohttp
 
-from swaplab.config.model import Config, ModelConfig
-from swaplab.errors import BackendStartError, SwaplabError
+from swaplab.config.model import Config
+from swaplab.errors import BackendStartError
+from swaplab.fleet.backend import Backend, Run, State
 from swaplab.fleet.devices import DeviceProbe, free_gib
+from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity, PlacementRefused
 from swaplab.fleet.logs import LogHub
 from swaplab.fleet.placement import Placement, Resident, claims, place
-from swaplab.fleet.process import Backend, Run, State
 from swaplab.fleet.reaper import PidFiles
+from swaplab.fleet.status import backend_entry, device_entries
 from swaplab.metrics import Metrics
 
 log = logging.getLogger("swaplab.fleet")
@@ -57,42 +65,6 @@ STOP_RELOAD = "its config entry changed"
 STOP_UNLOAD = "unloaded"
 STOP_SHUTDOWN = "the router is shutting down"
 STOP_TTL = "idle for its ttl"
-
-
-class PlacementRefused(BackendStartError):
-    """The model can never start as things stand: a claim too big, a persistent model in the way, memory taken."""
-
-
-class BackendUnavailable(SwaplabError):
-    """The model is crash-looping and in its back-off window."""
-
-    def __init__(self, message: str, retry_after: float):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class OverCapacity(SwaplabError):
-    """The model already holds `concurrencyLimit` requests, queued or in flight."""
-
-    retry_after = 1.0
-
-
-@dataclass(eq=False, slots=True)
-class Lease:
-    """One admitted request (or `/load`) on one run of a ready backend.
-
-    Its backend's `model` is the config entry it runs: a reload while the request was
-    queued does not mix the old entry's filters with the new entry's server.
-    """
-
-    backend: Backend
-    run: Run
-    completed: bool = False
-    released: bool = False
-
-    @property
-    def model(self) -> ModelConfig:
-        return self.backend.model
 
 
 @dataclass(eq=False)
@@ -528,73 +500,30 @@ class Fleet:
     def status(self) -> list[dict[str, Any]]:
         """One entry per model that is not stopped, is waiting to start, or has a failure to report."""
         entries = []
+        now = time.monotonic()
         for backend in self._backends.values():
             queued = sum(1 for w in self._waiting if w.model == backend.id)
             if backend.state is State.STOPPED and not backend.consecutive_failures and not queued:
                 continue
-            entry: dict[str, Any] = {
-                "model": backend.id,
-                "state": str(backend.state),
-                "pid": backend.pid,
-                "proxy": backend.model.proxy,
-                "in_flight": self._in_flight[backend.id],
-                "queued": queued,
-                "devices": _claim_json(claims(self.config, backend.id)),
-            }
-            if backend.state is State.STOPPED and queued and backend.id in self._waiting_reason:
-                entry["waiting"] = self._waiting_reason[backend.id]
-            if backend.start_seconds is not None:
-                entry["start_seconds"] = round(backend.start_seconds, 3)
-            if backend.consecutive_failures:
-                entry["consecutive_failures"] = backend.consecutive_failures
-                entry["last_error"] = backend.last_error
-                backoff = backend.backoff_until - time.monotonic()
-                if backoff > 0:
-                    entry["backoff_seconds"] = round(backoff, 1)
-            entries.append(entry)
+            entries.append(backend_entry(
+                backend,
+                in_flight=self._in_flight[backend.id],
+                queued=queued,
+                waiting=self._waiting_reason.get(backend.id),
+                claim=claims(self.config, backend.id),
+                now=now,
+            ))
         return entries
 
     def devices_status(self) -> list[dict[str, Any]]:
-        """One entry per declared device (and per device NVML sees): size, claims, real memory.
-
-        `vram_gib` is the declared size (None when not declared), `claimed_gib` the sum
-        of the claims of models not stopped, `models` each one's claim (None = the whole
-        of a device of undeclared size); `total_gib`, `used_gib`, `free_gib` and
-        `nvml_name` are NVML's reading, present only when NVML answers.
-        """
-        readings = self.device_probe.read() or {}
+        """One entry per declared device (and per device NVML sees): size, claims, real memory (`status.device_entries`)."""
         held: dict[int, dict[str, float | None]] = {}
         for backend in self._backends.values():
             if backend.state is not State.STOPPED:
                 for device, amount in claims(self.config, backend.id).items():
                     held.setdefault(device, {})[backend.id] = amount
-        entries = []
-        for device in sorted(set(self.config.devices) | set(readings)):
-            declared = self.config.devices.get(device)
-            reading = readings.get(device)
-            models = held.get(device, {})
-            entry: dict[str, Any] = {
-                "id": device,
-                "name": (declared.name if declared else "") or (reading.name if reading else ""),
-                "vram_gib": declared.vram_gib if declared and declared.vram_gib else None,
-                "claimed_gib": round(sum(a for a in models.values() if a is not None), 3),
-                "models": {m: (None if a is None else round(a, 3)) for m, a in models.items()},
-            }
-            if reading is not None:
-                entry.update(
-                    nvml_name=reading.name,
-                    total_gib=round(reading.total_gib, 3),
-                    used_gib=round(reading.used_gib, 3),
-                    free_gib=round(reading.free_gib, 3),
-                )
-            entries.append(entry)
-        return entries
+        return device_entries(self.config, self.device_probe.read() or {}, held)
 
     def state_of(self, model_id: str) -> State:
         backend = self._backends.get(model_id)
         return backend.state if backend else State.STOPPED
-
-
-def _claim_json(claim: dict[int, float | None]) -> dict[str, float | None]:
-    """JSON object keys are strings: `{"0": 8.5, "1": 8.5}`; None = the whole device."""
-    return {str(device): amount for device, amount in claim.items()}

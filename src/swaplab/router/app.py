@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 from swaplab.config.model import Config, Filters, ModelConfig, Timeouts
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub, State
-from swaplab.fleet.fleet import BackendUnavailable, Lease, OverCapacity
+from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity
 from swaplab.metrics import Metrics
 from swaplab.results import ActivityWriter, recent_activity
 from swaplab.router import filters

@@ -1,0 +1,84 @@
+"""The fleet as `/running` shows it: one JSON-ready entry per backend and per device.
+
+Pure functions over what the fleet hands them; reading a backend changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from swaplab.config.model import Config
+from swaplab.fleet.backend import Backend, State
+from swaplab.fleet.devices import DeviceReading
+
+
+def backend_entry(
+    backend: Backend,
+    *,
+    in_flight: int,
+    queued: int,
+    waiting: str | None,
+    claim: dict[int, float | None],
+    now: float,
+) -> dict[str, Any]:
+    """A backend's state, load and last failure; `waiting` is why its queued requests wait, if known."""
+    entry: dict[str, Any] = {
+        "model": backend.id,
+        "state": str(backend.state),
+        "pid": backend.pid,
+        "proxy": backend.model.proxy,
+        "in_flight": in_flight,
+        "queued": queued,
+        "devices": _claim_json(claim),
+    }
+    if backend.state is State.STOPPED and queued and waiting is not None:
+        entry["waiting"] = waiting
+    if backend.start_seconds is not None:
+        entry["start_seconds"] = round(backend.start_seconds, 3)
+    if backend.consecutive_failures:
+        entry["consecutive_failures"] = backend.consecutive_failures
+        entry["last_error"] = backend.last_error
+        backoff = backend.backoff_until - now
+        if backoff > 0:
+            entry["backoff_seconds"] = round(backoff, 1)
+    return entry
+
+
+def device_entries(
+    config: Config, readings: Mapping[int, DeviceReading], held: Mapping[int, Mapping[str, float | None]]
+) -> list[dict[str, Any]]:
+    """One entry per declared device (and per device NVML sees): size, claims, real memory.
+
+    `held` is each device's claims by the models not stopped. `vram_gib` is the declared
+    size (None when not declared), `claimed_gib` the sum of the claims, `models` each
+    one's claim (None = the whole of a device of undeclared size); `total_gib`,
+    `used_gib`, `free_gib` and `nvml_name` are NVML's reading, present only when NVML
+    answers.
+    """
+    entries = []
+    for device in sorted(set(config.devices) | set(readings)):
+        declared = config.devices.get(device)
+        reading = readings.get(device)
+        models = held.get(device, {})
+        entry: dict[str, Any] = {
+            "id": device,
+            "name": (declared.name if declared else "") or (reading.name if reading else ""),
+            "vram_gib": declared.vram_gib if declared and declared.vram_gib else None,
+            "claimed_gib": round(sum(a for a in models.values() if a is not None), 3),
+            "models": {m: (None if a is None else round(a, 3)) for m, a in models.items()},
+        }
+        if reading is not None:
+            entry.update(
+                nvml_name=reading.name,
+                total_gib=round(reading.total_gib, 3),
+                used_gib=round(reading.used_gib, 3),
+                free_gib=round(reading.free_gib, 3),
+            )
+        entries.append(entry)
+    return entries
+
+
+def _claim_json(claim: dict[int, float | None]) -> dict[str, float | None]:
+    """JSON object keys are strings: `{"0": 8.5, "1": 8.5}`; None = the whole device."""
+    return {str(device): amount for device, amount in claim.items()}
