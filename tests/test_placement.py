@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from swapcases import CASES as GROUP_CASES
 
 from swaplab.config.model import Config, DeviceConfig, GroupConfig, ModelConfig
 from swaplab.fleet.backend import device_env
 from swaplab.fleet.devices import free_gib, read_devices
 from swaplab.fleet.placement import Placement, Resident, claim_faults, claims, place
-from test_swap import CASES as GROUP_CASES
 
 
 def model(model_id: str, devices: tuple[int, ...] = (), vram: dict[int, float] | None = None, **extra) -> ModelConfig:
