@@ -30,7 +30,8 @@ from swaplab.launch.plan import (
     plan_json,
     plan_text,
 )
-from swaplab.launch.recipe import Recipe, load_recipe
+from swaplab.launch.recipe import load_recipe
+from swaplab.launch.spec import Recipe
 
 FIXTURES = Path(__file__).parent / "fixtures" / "launch"
 GOLDEN = FIXTURES / "golden"

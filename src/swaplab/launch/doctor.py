@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from swaplab.launch import remote
 from swaplab.launch.cluster import Cluster, Host
 from swaplab.launch.plan import Plan, hub_folder
-from swaplab.launch.recipe import HUB_REPO, Recipe
 from swaplab.launch.remote import RemoteError, SshTarget
+from swaplab.launch.spec import HUB_REPO, Recipe
 
 MIN_FREE_DISK_BYTES = 5 << 30
 MIN_FREE_MEMORY_BYTES = 2 << 30

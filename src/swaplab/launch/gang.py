@@ -38,13 +38,12 @@ from swaplab.launch.cluster import Cluster, Host
 from swaplab.launch.plan import (
     NodePlan,
     Plan,
-    Step,
     default_run_id,
     expand_home,
     make_plan,
 )
-from swaplab.launch.recipe import Recipe
 from swaplab.launch.remote import RemoteError, SshTarget
+from swaplab.launch.spec import Recipe, Step
 
 STOP_GRACE_SECONDS = 10
 TAIL_LINES = 20

@@ -17,10 +17,10 @@ from typing import Any
 
 from swaplab.errors import SwaplabError
 from swaplab.launch.cluster import Cluster, Host
-from swaplab.launch.engines import Gang, engine_module
-from swaplab.launch.recipe import Mount, Recipe
+from swaplab.launch.engine import Gang
+from swaplab.launch.engines import get_engine
+from swaplab.launch.spec import Mount, Recipe, Step
 
-STEP_KINDS = ("local", "prepare", "rank", "check")
 DEFAULT_HF_HOME = "/root/.cache/huggingface"
 """Where the cluster's hf_cache_dir is mounted when the recipe mounts no HF_HOME itself."""
 
@@ -59,27 +59,6 @@ sys.exit(1 if faults or not files else 0)
 """
 """Checks a mirrored hub repo on its node: every blob of the source present with its size,
 and its content matching the hash it is named by (no second read of the source needed)."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One command on one node (or, for kind "local", on the launching machine)."""
-
-    name: str
-    argv: tuple[str, ...]
-    kind: str
-    """"local" (on the launching machine, once), "prepare" (must exit 0 before the ranks),
-    "rank" (a long-running rank process) or "check" (a probe, informational)."""
-    stdin_from: tuple[str, ...] = ()
-    """A local argv whose output is this step's input (`docker save IMAGE | ssh node docker load`)."""
-    skip_if: tuple[str, ...] = ()
-    """An argv run on the node first: exit 0 means the step's work is already done."""
-    skip_if_same: tuple[str, ...] = ()
-    """An argv run locally and on the node: the same non-empty output means the step is done
-    (the node already has the image with the local image's id)."""
-    wait_for_port: int | None = None
-    """For a rank step: the next rank step in start order waits until the node's fabric_ip
-    accepts connections on this port (Ray's GCS, a llama.cpp rpc-server)."""
 
 
 @dataclass(frozen=True)
@@ -131,14 +110,14 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
     Raises SwaplabError when the cluster cannot carry the recipe (too few hosts, or a
     loopback fabric_ip for an engine whose ranks meet over a real fabric).
     """
-    engine = engine_module(recipe.engine)
+    engine = get_engine(recipe.engine)
     if len(cluster.hosts) < recipe.required_nodes:
         raise SwaplabError(
             f"recipe {recipe.path} needs {recipe.required_nodes} nodes; cluster {cluster.name!r} has "
             f"{len(cluster.hosts)}: add hosts to it or lower required_nodes"
         )
     hosts = cluster.hosts[: recipe.required_nodes]
-    if engine.USES_DOCKER:
+    if engine.uses_docker:
         for host in hosts:
             if host.is_loopback:
                 raise SwaplabError(
@@ -151,9 +130,9 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
         "swaplab.recipe": recipe.slug,
         "swaplab.recipe-hash": recipe.digest(),
     })
-    mounts = _mounts(recipe, cluster, hub_home=engine.MODEL_IS_HUB_REPO) if engine.USES_DOCKER else ()
+    mounts = _mounts(recipe, cluster, hub_home=engine.model_is_hub_repo) if engine.uses_docker else ()
     hub = next((mount for mount in mounts if mount.env == "HF_HOME"), None)
-    models = recipe.hub_models if engine.MODEL_IS_HUB_REPO else ()
+    models = recipe.hub_models if engine.model_is_hub_repo else ()
     mirroring = bool(cluster.local_cache_dir and hub and models)
     rank_mounts = tuple(
         replace(mount, host=cluster.local_cache_dir) if mirroring and mount is hub else mount for mount in mounts
@@ -176,7 +155,7 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
     nodes = []
     for rank, host in enumerate(hosts):
         steps: list[Step] = []
-        if engine.USES_DOCKER:
+        if engine.uses_docker:
             steps += _image_steps(recipe, host, head=rank == 0)
             if hub is not None and models and not recipe.offline:
                 steps.append(_download_step(recipe, hub, models))

@@ -1,8 +1,9 @@
-"""A recipe (`recipe.toml`): one model served by one engine across a number of nodes.
+"""Reading a recipe (`recipe.toml`): one model served by one engine across a number of nodes.
 
 The schema is the seed's (the user's own launcher), plus a few optional keys:
 `drop_caches`, `extra_models`, `rendezvous_port` and `[readiness]`. Every fault of a
-file is reported in one pass, each at the `FILE:LINE` of its key.
+file is reported in one pass, each at the `FILE:LINE` of its key. The `Recipe` it makes
+is swaplab.launch.spec's.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from swaplab.launch.cluster import ENV_NAME, read_env_table
-from swaplab.launch.engines import ENGINE_NAMES, check_args, engine_module
+from swaplab.launch.engine import Engine, argument_faults
+from swaplab.launch.engines import engine_names, get_engine
+from swaplab.launch.spec import HUB_REPO, Mount, Readiness, Recipe
 from swaplab.launch.tomlfile import (
     Checker,
     KeyPath,
@@ -40,82 +42,10 @@ RECIPE_KEYS = (
 MOUNT_KEYS = ("host", "container", "env")
 READINESS_KEYS = ("path", "ready", "fatal", "timeout")
 DISTRIBUTED_BACKENDS = ("mp", "ray")
+NO_READINESS = Readiness(path=None, ready=(), fatal=(), timeout=600.0)
+"""The readiness defaults of a recipe whose engine is unknown (its faults are reported anyway)."""
 CONTAINER_ONLY_KEYS = ("docker_image", "docker_image_dir", "shm_size", "extra_mounts")
 """Keys that mean nothing to `engine = "process"`, which runs `args` directly."""
-HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A `-v host:container` mount; `env` names a variable set to the container path."""
-
-    host: str
-    """May start with `~/`: expanded on each node to that node's home."""
-    container: str
-    env: str | None = None
-
-
-@dataclass(frozen=True)
-class Readiness:
-    """How the head shows it serves: log regexes and an HTTP path, engine defaults plus the recipe's."""
-
-    path: str | None
-    ready: tuple[str, ...]
-    fatal: tuple[str, ...]
-    timeout: float
-    """Seconds from the last rank's start to ready."""
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A validated recipe; `args` are exactly the arguments the engine receives."""
-
-    path: Path
-    engine: str
-    name: str
-    model: str | None
-    docker_image: str | None
-    docker_image_dir: Path | None
-    required_nodes: int
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    distributed_backend: str
-    shm_size: str | None
-    entrypoint: tuple[str, ...]
-    args: tuple[str, ...]
-    port: int
-    env: Mapping[str, str]
-    extra_mounts: tuple[Mount, ...]
-    readiness: Readiness
-    drop_caches: bool = True
-    """Drop the page cache on every node before the ranks start (default: on for container engines)."""
-    extra_models: tuple[str, ...] = ()
-    """Other hub repos the engine reads (a drafter): downloaded and mirrored like `model`."""
-    rendezvous_port: int | None = None
-    """Where ranks meet (vLLM --master-port, SGLang --dist-init-addr, Ray GCS, llama.cpp RPC); None: the engine's default."""
-    content_hash: str = field(default="", repr=False)
-
-    @property
-    def slug(self) -> str:
-        """A short name for labels, container names and state folders: the recipe's folder
-        name for `.../NAME/recipe.toml`, else the file's stem."""
-        stem = self.path.parent.name if self.path.name == "recipe.toml" else self.path.stem
-        return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "recipe"
-
-    def digest(self) -> str:
-        """The recipe's hash (of its values, so comments do not change it), carried in labels."""
-        return self.content_hash
-
-    @property
-    def hub_models(self) -> tuple[str, ...]:
-        """The Hugging Face repos the engine loads: `model` (when it names one) and `extra_models`."""
-        models = (self.model,) if self.model and HUB_REPO.match(self.model) else ()
-        return models + self.extra_models
-
-    @property
-    def offline(self) -> bool:
-        """`HF_HUB_OFFLINE` set the way huggingface_hub reads it: no download step then."""
-        return self.env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -127,9 +57,9 @@ def load_recipe(path: str | Path) -> Recipe:
     document = read_toml(location)
     checker = Checker(document)
     top = checker.table(document.data, (), RECIPE_KEYS)
-    engine_name = checker.get(top, (), "engine", _as_engine, f"one of {', '.join(ENGINE_NAMES)}", required=True)
-    engine = engine_module(engine_name) if engine_name else None
-    uses_docker = engine is not None and engine.USES_DOCKER
+    engine_name = checker.get(top, (), "engine", _as_engine, f"one of {', '.join(engine_names())}", required=True)
+    engine = get_engine(engine_name) if engine_name else None
+    uses_docker = engine is not None and engine.uses_docker
 
     if engine_name == "process":
         for key in CONTAINER_ONLY_KEYS:
@@ -176,7 +106,7 @@ def load_recipe(path: str | Path) -> Recipe:
     if engine is not None:
         if backend == "ray" and engine_name != "vllm":
             checker.fault(("distributed_backend",), f"distributed_backend = \"ray\" is vLLM's; {engine_name} brings its own")
-        for key_path, message in check_args(recipe, engine) + engine.check(recipe):
+        for key_path, message in argument_faults(recipe, engine) + engine.check(recipe):
             checker.fault(key_path, message)
     checker.raise_faults()
     return recipe
@@ -219,7 +149,7 @@ def _as_arguments(value: Any) -> tuple[str, ...]:
 
 def _as_engine(value: Any) -> str:
     text = as_string(value)
-    if text not in ENGINE_NAMES:
+    if text not in engine_names():
         raise ValueError(f"unknown engine {text!r}")
     return text
 
@@ -302,15 +232,10 @@ def _as_patterns(value: Any) -> tuple[str, ...]:
     return patterns
 
 
-def _read_readiness(checker: Checker, value: Any, engine: Any) -> Readiness:
+def _read_readiness(checker: Checker, value: Any, engine: Engine | None) -> Readiness:
     where: KeyPath = ("readiness",)
     table = checker.table(value, where, READINESS_KEYS)
-    defaults = Readiness(
-        path=getattr(engine, "READY_PATH", None),
-        ready=getattr(engine, "READY", ()),
-        fatal=getattr(engine, "FATAL", ()),
-        timeout=getattr(engine, "READY_TIMEOUT", 600.0),
-    )
+    defaults = engine.readiness if engine is not None else NO_READINESS
     path = checker.get(table, where, "path", _as_http_path, "an HTTP path such as \"/health\"")
     ready = checker.get(table, where, "ready", _as_patterns, "an array of regular expressions", default=())
     fatal = checker.get(table, where, "fatal", _as_patterns, "an array of regular expressions", default=())

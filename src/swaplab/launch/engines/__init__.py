@@ -1,176 +1,39 @@
-"""Engines: what each inference server needs to run as a gang. One module per engine.
+"""The engines, one module each, and the registry that finds them.
 
-An engine module provides:
-
-- `USES_DOCKER`: whether its ranks run in containers (all but `process`);
-- `DEFAULT_ENTRYPOINT`: the server command when the recipe gives no `entrypoint`;
-- `MODEL_IS_HUB_REPO`: whether `model` names a Hugging Face repo (downloaded and mirrored);
-- `READY`, `FATAL`, `READY_PATH`, `READY_TIMEOUT`: readiness defaults the recipe's
-  `[readiness]` adds to;
-- `RESERVED_FLAGS`: flags the launcher sets per rank, which `args` must not carry;
-- `recipe_flags(recipe)`: flags that carry recipe keys (port, TP size...), added unless
-  `args` already carry them with the same value;
-- `check(recipe)`: engine-specific faults, as `(key path, message)` pairs;
-- `node_env(gang, rank)`: engine variables for one rank;
-- `rank_steps(gang)`: each rank's long-running steps, as `(rank, Step)` in start order.
-
-Adding an engine is one module here plus its name in `ENGINE_NAMES`.
+A module here is named after its engine (`engine = "vllm"` is `vllm.py`) and defines
+`ENGINE`, an object implementing swaplab.launch.engine.Engine. The registry imports every
+module of this package, so adding an engine is adding its module: nothing else names it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING
+import pkgutil
+from collections.abc import Mapping
+from types import MappingProxyType
 
-if TYPE_CHECKING:
-    from swaplab.launch.cluster import Cluster, Host
-    from swaplab.launch.recipe import Mount, Recipe
-
-ENGINE_NAMES = ("vllm", "sglang", "llamacpp", "process")
-
-COMMON_FATAL = (
-    r"OutOfMemoryError",
-    r"CUDA out of memory",
-    r"NCCL error",
-    r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError",
-)
-"""Failures every GPU engine can print: fatal on any rank."""
+from swaplab.launch.engine import Engine
 
 
-def engine_module(name: str) -> ModuleType:
-    """The module of engine `name` (one of ENGINE_NAMES)."""
-    if name not in ENGINE_NAMES:
-        raise KeyError(name)
-    return importlib.import_module(f"swaplab.launch.engines.{name}")
+@functools.cache
+def registry() -> Mapping[str, Engine]:
+    """Every engine of this package by name, in the order they are listed for people."""
+    found: list[Engine] = []
+    for module_info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        engine: Engine | None = getattr(module, "ENGINE", None)
+        if engine is None or engine.name != module_info.name:
+            raise TypeError(f"{module.__name__} must define ENGINE, an Engine named {module_info.name!r}")
+        found.append(engine)
+    return MappingProxyType({engine.name: engine for engine in sorted(found, key=lambda engine: engine.order)})
 
 
-@dataclass(frozen=True)
-class LauncherFlag:
-    """A flag that carries a recipe key to the engine (`--port 30000` from `port`)."""
-
-    names: tuple[str, ...]
-    """Its spellings; the first is the one emitted."""
-    value: str
-    recipe_key: str | None
-    """The recipe key it comes from, named in the fault when `args` disagree; None for a
-    launcher default that `args` may override (`--host 0.0.0.0`)."""
-    engine_default: str | None = None
-    """The value the engine assumes when the flag is absent: then it is not emitted (so
-    older servers without the flag still start)."""
-
-    @property
-    def argv(self) -> tuple[str, ...]:
-        return (self.names[0], self.value)
+def engine_names() -> tuple[str, ...]:
+    """The known engines' names, as listed for people."""
+    return tuple(registry())
 
 
-def find_flag(args: Sequence[str], names: Sequence[str]) -> list[tuple[int, str | None]]:
-    """Each occurrence of a flag in `args` as (index, value); `--flag=value` and `--flag value`
-    both count, and a flag followed by another flag (or nothing) has value None."""
-    found: list[tuple[int, str | None]] = []
-    for index, argument in enumerate(args):
-        for name in names:
-            if argument == name:
-                following = args[index + 1] if index + 1 < len(args) else None
-                found.append((index, None if following is None or following.startswith("-") else following))
-            elif argument.startswith(name + "="):
-                found.append((index, argument[len(name) + 1 :]))
-    return found
-
-
-def check_args(recipe: Recipe, engine: ModuleType) -> list[tuple[tuple[str | int, ...], str]]:
-    """Faults of `args` against what the launcher sets itself: a reserved flag at all, or a
-    recipe-key flag with another value than the key."""
-    faults: list[tuple[tuple[str | int, ...], str]] = []
-    for name in engine.RESERVED_FLAGS:
-        for index, _ in find_flag(recipe.args, (name,)):
-            faults.append((("args", index), f"remove {name} from args: the launcher sets it for each rank"))
-    for flag in engine.recipe_flags(recipe):
-        if flag.recipe_key is None:
-            continue
-        for index, value in find_flag(recipe.args, flag.names):
-            if value != flag.value:
-                faults.append(
-                    (("args", index), f"args set {recipe.args[index]} {value or ''}".rstrip()
-                     + f" but {flag.recipe_key} means {flag.names[0]} {flag.value}; set {flag.recipe_key} and drop the flag")
-                )
-    return faults
-
-
-def missing_flags(args: Sequence[str], flags: Sequence[LauncherFlag]) -> tuple[str, ...]:
-    """The argv of each flag that `args` do not already carry (the seed's own
-    `--distributed-executor-backend mp` is not emitted twice)."""
-    added: list[str] = []
-    for flag in flags:
-        if not find_flag(args, flag.names) and flag.value != flag.engine_default:
-            added.extend(flag.argv)
-    return tuple(added)
-
-
-def server_command(recipe: Recipe, engine: ModuleType) -> tuple[str, ...]:
-    """The recipe's `entrypoint` words, or the engine's default server command."""
-    return recipe.entrypoint or engine.DEFAULT_ENTRYPOINT
-
-
-@dataclass(frozen=True)
-class Gang:
-    """What an engine needs to write its ranks' commands: the recipe, the nodes, the run."""
-
-    recipe: Recipe
-    cluster: Cluster
-    hosts: tuple[Host, ...]
-    """The nodes in rank order, head first."""
-    run_id: str
-    labels: Mapping[str, str]
-    mounts: tuple[Mount, ...]
-    """The container mounts after mirroring (host side may start with ~/)."""
-    base_env: Mapping[str, str]
-    """Mount variables, the recipe's [env] and the cluster's [nccl.NAME], in that order."""
-    engine: ModuleType
-
-    @property
-    def head(self) -> Host:
-        return self.hosts[0]
-
-    @property
-    def ranks(self) -> range:
-        return range(len(self.hosts))
-
-    def container_name(self, rank: int) -> str:
-        return f"swaplab-{self.run_id}-rank{rank}"
-
-    def env(self, rank: int) -> dict[str, str]:
-        """Everything rank `rank` gets in its environment, the launcher's variables last."""
-        env = dict(self.base_env)
-        env.update(self.engine.node_env(self, rank))
-        env.update(
-            SWAPLAB_RUN=self.run_id,
-            SWAPLAB_RANK=str(rank),
-            SWAPLAB_NNODES=str(len(self.hosts)),
-            SWAPLAB_HEAD=self.head.fabric_ip,
-        )
-        return env
-
-    def docker_run(self, rank: int, command: Sequence[str]) -> tuple[str, ...]:
-        """The `docker run` of rank `rank` running `command` in the recipe's image.
-
-        `--entrypoint` takes one word, so the command's first word replaces the image's
-        entrypoint (an NGC wrapper that would swallow `vllm serve`) and the rest follow
-        the image name.
-        """
-        recipe = self.recipe
-        argv = ["docker", "run", "--rm", "--name", self.container_name(rank)]
-        for key, value in self.labels.items():
-            argv += ["--label", f"{key}={value}"]
-        argv += ["--label", f"swaplab.rank={rank}"]
-        argv += ["--gpus", "all", "--network", "host", "--ipc", "host"]
-        if recipe.shm_size:
-            argv += ["--shm-size", recipe.shm_size]
-        for key, value in self.env(rank).items():
-            argv += ["-e", f"{key}={value}"]
-        for mount in self.mounts:
-            argv += ["-v", f"{mount.host}:{mount.container}"]
-        argv += ["--entrypoint", command[0], recipe.docker_image or "", *command[1:]]
-        return tuple(argv)
+def get_engine(name: str) -> Engine:
+    """The engine `name`; KeyError when there is none."""
+    return registry()[name]

@@ -8,38 +8,40 @@ replaced per node; nothing else in an argument is touched, so JSON passes throug
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from swaplab.launch.engines import LauncherFlag
-
-if TYPE_CHECKING:
-    from swaplab.launch.engines import Gang
-    from swaplab.launch.plan import Step
-    from swaplab.launch.recipe import Recipe
-
-USES_DOCKER = False
-DEFAULT_ENTRYPOINT: tuple[str, ...] = ()
-MODEL_IS_HUB_REPO = False
-READY: tuple[str, ...] = ()
-FATAL: tuple[str, ...] = ()
-READY_PATH = None
-READY_TIMEOUT = 120.0
-RESERVED_FLAGS: tuple[str, ...] = ()
+from swaplab.launch.engine import Fault, Gang, LauncherFlag
+from swaplab.launch.spec import Readiness, Recipe, Step
 
 
-def recipe_flags(recipe: Recipe) -> tuple[LauncherFlag, ...]:
-    """A process gets no flags from the launcher: its args are the whole command."""
-    return ()
+class Process:
+    """Any program, one per node, started as the recipe's args say."""
 
+    name = "process"
+    order = 3
+    uses_docker = False
+    default_entrypoint: tuple[str, ...] = ()
+    model_is_hub_repo = False
+    readiness = Readiness(path=None, ready=(), fatal=(), timeout=120.0)
+    reserved_flags: tuple[str, ...] = ()
 
-def check(recipe: Recipe) -> list[tuple[tuple[str | int, ...], str]]:
-    """Nothing beyond the recipe's own rules."""
-    return []
+    def recipe_flags(self, recipe: Recipe) -> tuple[LauncherFlag, ...]:
+        """A process gets no flags from the launcher: its args are the whole command."""
+        return ()
 
+    def check(self, recipe: Recipe) -> list[Fault]:
+        """Nothing beyond the recipe's own rules."""
+        return []
 
-def node_env(gang: Gang, rank: int) -> dict[str, str]:
-    """The SWAPLAB_* variables the gang adds are all a process needs."""
-    return {}
+    def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
+        """The SWAPLAB_* variables the gang adds are all a process needs."""
+        return {}
+
+    def rank_steps(self, gang: Gang) -> list[tuple[int, Step]]:
+        """Each node runs the command itself; the head first."""
+        command = gang.recipe.entrypoint + gang.recipe.args
+        return [
+            (rank, Step("rank", tuple(substitute(word, gang, rank) for word in command), "rank"))
+            for rank in gang.ranks
+        ]
 
 
 def substitute(word: str, gang: Gang, rank: int) -> str:
@@ -56,12 +58,4 @@ def substitute(word: str, gang: Gang, rank: int) -> str:
     return word
 
 
-def rank_steps(gang: Gang) -> list[tuple[int, Step]]:
-    """Each node runs the command itself; the head first."""
-    from swaplab.launch.plan import Step
-
-    command = gang.recipe.entrypoint + gang.recipe.args
-    return [
-        (rank, Step("rank", tuple(substitute(word, gang, rank) for word in command), "rank"))
-        for rank in gang.ranks
-    ]
+ENGINE = Process()

@@ -3,64 +3,59 @@ command with `--dist-init-addr HEAD:PORT --nnodes N --node-rank R`; rank 0 serve
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from swaplab.launch.engine import COMMON_FATAL, Fault, Gang, LauncherFlag, missing_flags
+from swaplab.launch.spec import Readiness, Recipe, Step
 
-from swaplab.launch.engines import (
-    COMMON_FATAL,
-    LauncherFlag,
-    missing_flags,
-    server_command,
-)
-
-if TYPE_CHECKING:
-    from swaplab.launch.engines import Gang
-    from swaplab.launch.plan import Step
-    from swaplab.launch.recipe import Recipe
-
-USES_DOCKER = True
-DEFAULT_ENTRYPOINT = ("python3", "-m", "sglang.launch_server")
-MODEL_IS_HUB_REPO = True
-READY = (r"The server is fired up and ready to roll",)
-FATAL = (*COMMON_FATAL, r"Received sigquit from a child process", r"Scheduler hit an exception")
-READY_PATH = "/health"
-READY_TIMEOUT = 1800.0
-RESERVED_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
 DIST_INIT_PORT = 20000
 
 
-def recipe_flags(recipe: Recipe) -> tuple[LauncherFlag, ...]:
-    """Model, TP, PP (only when above 1: older servers lack the flag) and where to listen."""
-    return (
-        LauncherFlag(("--model-path", "--model"), recipe.model or "", "model"),
-        LauncherFlag(("--tp-size", "--tp"), str(recipe.tensor_parallel_size), "tensor_parallel_size"),
-        LauncherFlag(("--pp-size", "--pp"), str(recipe.pipeline_parallel_size), "pipeline_parallel_size", engine_default="1"),
-        # SGLang listens on 127.0.0.1 unless told; the router reaches the head from elsewhere.
-        LauncherFlag(("--host",), "0.0.0.0", None),
-        LauncherFlag(("--port",), str(recipe.port), "port"),
+class Sglang:
+    """SGLang, multi-node through its own `--dist-init-addr` rendezvous."""
+
+    name = "sglang"
+    order = 1
+    uses_docker = True
+    default_entrypoint = ("python3", "-m", "sglang.launch_server")
+    model_is_hub_repo = True
+    readiness = Readiness(
+        path="/health",
+        ready=(r"The server is fired up and ready to roll",),
+        fatal=(*COMMON_FATAL, r"Received sigquit from a child process", r"Scheduler hit an exception"),
+        timeout=1800.0,
     )
+    reserved_flags = ("--nnodes", "--node-rank", "--dist-init-addr")
+
+    def recipe_flags(self, recipe: Recipe) -> tuple[LauncherFlag, ...]:
+        """Model, TP, PP (only when above 1: older servers lack the flag) and where to listen."""
+        return (
+            LauncherFlag(("--model-path", "--model"), recipe.model or "", "model"),
+            LauncherFlag(("--tp-size", "--tp"), str(recipe.tensor_parallel_size), "tensor_parallel_size"),
+            LauncherFlag(("--pp-size", "--pp"), str(recipe.pipeline_parallel_size), "pipeline_parallel_size", engine_default="1"),
+            # SGLang listens on 127.0.0.1 unless told; the router reaches the head from elsewhere.
+            LauncherFlag(("--host",), "0.0.0.0", None),
+            LauncherFlag(("--port",), str(recipe.port), "port"),
+        )
+
+    def check(self, recipe: Recipe) -> list[Fault]:
+        """Nothing beyond the flags the launcher owns."""
+        return []
+
+    def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
+        """SGLang needs no variables of its own; NCCL's come from the cluster's [nccl] table."""
+        return {}
+
+    def rank_steps(self, gang: Gang) -> list[tuple[int, Step]]:
+        """Every node runs the server with its rank; the head (rank 0) first."""
+        recipe = gang.recipe
+        command = (*gang.server_command, *recipe.args, *missing_flags(recipe.args, self.recipe_flags(recipe)))
+        if len(gang.hosts) > 1:
+            address = f"{gang.head.fabric_ip}:{recipe.rendezvous_port or DIST_INIT_PORT}"
+            command += ("--dist-init-addr", address, "--nnodes", str(len(gang.hosts)))
+        steps = []
+        for rank in gang.ranks:
+            rank_flags = ("--node-rank", str(rank)) if len(gang.hosts) > 1 else ()
+            steps.append((rank, Step("serve" if rank == 0 else "worker", gang.docker_run(rank, command + rank_flags), "rank")))
+        return steps
 
 
-def check(recipe: Recipe) -> list[tuple[tuple[str | int, ...], str]]:
-    """Nothing beyond the flags the launcher owns."""
-    return []
-
-
-def node_env(gang: Gang, rank: int) -> dict[str, str]:
-    """SGLang needs no variables of its own; NCCL's come from the cluster's [nccl] table."""
-    return {}
-
-
-def rank_steps(gang: Gang) -> list[tuple[int, Step]]:
-    """Every node runs the server with its rank; the head (rank 0) first."""
-    from swaplab.launch.plan import Step
-
-    recipe = gang.recipe
-    command = (*server_command(recipe, gang.engine), *recipe.args, *missing_flags(recipe.args, recipe_flags(recipe)))
-    if len(gang.hosts) > 1:
-        address = f"{gang.head.fabric_ip}:{recipe.rendezvous_port or DIST_INIT_PORT}"
-        command += ("--dist-init-addr", address, "--nnodes", str(len(gang.hosts)))
-    steps = []
-    for rank in gang.ranks:
-        rank_flags = ("--node-rank", str(rank)) if len(gang.hosts) > 1 else ()
-        steps.append((rank, Step("serve" if rank == 0 else "worker", gang.docker_run(rank, command + rank_flags), "rank")))
-    return steps
+ENGINE = Sglang()

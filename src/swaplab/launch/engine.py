@@ -1,0 +1,191 @@
+"""What an engine is: the `Engine` protocol, the `Gang` it writes its ranks' commands for, and
+the flags it passes recipe keys through.
+
+Each module of swaplab.launch.engines implements `Engine` for one inference server; the
+registry there finds them. This module knows no engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from swaplab.launch.cluster import Cluster, Host
+from swaplab.launch.spec import Mount, Readiness, Recipe, Step
+
+Fault = tuple[tuple[str | int, ...], str]
+"""A fault of a recipe: the key path it is at, and the message."""
+
+COMMON_FATAL = (
+    r"OutOfMemoryError",
+    r"CUDA out of memory",
+    r"NCCL error",
+    r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError",
+)
+"""Failures every GPU engine can print: fatal on any rank."""
+
+
+@dataclass(frozen=True)
+class LauncherFlag:
+    """A flag that carries a recipe key to the engine (`--port 30000` from `port`)."""
+
+    names: tuple[str, ...]
+    """Its spellings; the first is the one emitted."""
+    value: str
+    recipe_key: str | None
+    """The recipe key it comes from, named in the fault when `args` disagree; None for a
+    launcher default that `args` may override (`--host 0.0.0.0`)."""
+    engine_default: str | None = None
+    """The value the engine assumes when the flag is absent: then it is not emitted (so
+    older servers without the flag still start)."""
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return (self.names[0], self.value)
+
+
+class Engine(Protocol):
+    """What one inference server needs to run as a gang."""
+
+    name: str
+    """The recipe's `engine` value; also the name of the engine's module."""
+    order: int
+    """Where the engine comes when engines are listed for people (lowest first)."""
+    uses_docker: bool
+    """Whether its ranks run in containers (all but `process`)."""
+    default_entrypoint: tuple[str, ...]
+    """The server command when the recipe gives no `entrypoint`."""
+    model_is_hub_repo: bool
+    """Whether `model` names a Hugging Face repo (downloaded and mirrored)."""
+    readiness: Readiness
+    """The defaults the recipe's `[readiness]` adds to."""
+    reserved_flags: tuple[str, ...]
+    """Flags the launcher sets per rank, which `args` must not carry."""
+
+    def recipe_flags(self, recipe: Recipe) -> tuple[LauncherFlag, ...]:
+        """Flags that carry recipe keys (port, TP size...), added unless `args` already carry
+        them with the same value."""
+        ...
+
+    def check(self, recipe: Recipe) -> list[Fault]:
+        """Engine-specific faults of the recipe."""
+        ...
+
+    def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
+        """Engine variables for one rank."""
+        ...
+
+    def rank_steps(self, gang: Gang) -> list[tuple[int, Step]]:
+        """Each rank's long-running steps, as (rank, step) in start order."""
+        ...
+
+
+@dataclass(frozen=True)
+class Gang:
+    """What an engine needs to write its ranks' commands: the recipe, the nodes, the run."""
+
+    recipe: Recipe
+    cluster: Cluster
+    hosts: tuple[Host, ...]
+    """The nodes in rank order, head first."""
+    run_id: str
+    labels: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    """The container mounts after mirroring (host side may start with ~/)."""
+    base_env: Mapping[str, str]
+    """Mount variables, the recipe's [env] and the cluster's [nccl.NAME], in that order."""
+    engine: Engine
+
+    @property
+    def head(self) -> Host:
+        return self.hosts[0]
+
+    @property
+    def ranks(self) -> range:
+        return range(len(self.hosts))
+
+    @property
+    def server_command(self) -> tuple[str, ...]:
+        """The recipe's `entrypoint` words, or the engine's default server command."""
+        return self.recipe.entrypoint or self.engine.default_entrypoint
+
+    def container_name(self, rank: int) -> str:
+        return f"swaplab-{self.run_id}-rank{rank}"
+
+    def env(self, rank: int) -> dict[str, str]:
+        """Everything rank `rank` gets in its environment, the launcher's variables last."""
+        env = dict(self.base_env)
+        env.update(self.engine.node_env(self, rank))
+        env.update(
+            SWAPLAB_RUN=self.run_id,
+            SWAPLAB_RANK=str(rank),
+            SWAPLAB_NNODES=str(len(self.hosts)),
+            SWAPLAB_HEAD=self.head.fabric_ip,
+        )
+        return env
+
+    def docker_run(self, rank: int, command: Sequence[str]) -> tuple[str, ...]:
+        """The `docker run` of rank `rank` running `command` in the recipe's image.
+
+        `--entrypoint` takes one word, so the command's first word replaces the image's
+        entrypoint (an NGC wrapper that would swallow `vllm serve`) and the rest follow
+        the image name.
+        """
+        recipe = self.recipe
+        argv = ["docker", "run", "--rm", "--name", self.container_name(rank)]
+        for key, value in self.labels.items():
+            argv += ["--label", f"{key}={value}"]
+        argv += ["--label", f"swaplab.rank={rank}"]
+        argv += ["--gpus", "all", "--network", "host", "--ipc", "host"]
+        if recipe.shm_size:
+            argv += ["--shm-size", recipe.shm_size]
+        for key, value in self.env(rank).items():
+            argv += ["-e", f"{key}={value}"]
+        for mount in self.mounts:
+            argv += ["-v", f"{mount.host}:{mount.container}"]
+        argv += ["--entrypoint", command[0], recipe.docker_image or "", *command[1:]]
+        return tuple(argv)
+
+
+def find_flag(args: Sequence[str], names: Sequence[str]) -> list[tuple[int, str | None]]:
+    """Each occurrence of a flag in `args` as (index, value); `--flag=value` and `--flag value`
+    both count, and a flag followed by another flag (or nothing) has value None."""
+    found: list[tuple[int, str | None]] = []
+    for index, argument in enumerate(args):
+        for name in names:
+            if argument == name:
+                following = args[index + 1] if index + 1 < len(args) else None
+                found.append((index, None if following is None or following.startswith("-") else following))
+            elif argument.startswith(name + "="):
+                found.append((index, argument[len(name) + 1 :]))
+    return found
+
+
+def argument_faults(recipe: Recipe, engine: Engine) -> list[Fault]:
+    """Faults of `args` against what the launcher sets itself: a reserved flag at all, or a
+    recipe-key flag with another value than the key."""
+    faults: list[Fault] = []
+    for name in engine.reserved_flags:
+        for index, _ in find_flag(recipe.args, (name,)):
+            faults.append((("args", index), f"remove {name} from args: the launcher sets it for each rank"))
+    for flag in engine.recipe_flags(recipe):
+        if flag.recipe_key is None:
+            continue
+        for index, value in find_flag(recipe.args, flag.names):
+            if value != flag.value:
+                faults.append(
+                    (("args", index), f"args set {recipe.args[index]} {value or ''}".rstrip()
+                     + f" but {flag.recipe_key} means {flag.names[0]} {flag.value}; set {flag.recipe_key} and drop the flag")
+                )
+    return faults
+
+
+def missing_flags(args: Sequence[str], flags: Sequence[LauncherFlag]) -> tuple[str, ...]:
+    """The argv of each flag that `args` do not already carry (the seed's own
+    `--distributed-executor-backend mp` is not emitted twice)."""
+    added: list[str] = []
+    for flag in flags:
+        if not find_flag(args, flag.names) and flag.value != flag.engine_default:
+            added.extend(flag.argv)
+    return tuple(added)

@@ -1,0 +1,110 @@
+"""What a launch is made of, as plain data: a recipe (with its mounts and readiness) and a step.
+
+A leaf: the recipe reader, the engines, the plan and the gang's lifecycle all share these
+types, and this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STEP_KINDS = ("local", "prepare", "rank", "check")
+HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+"""A Hugging Face repo id, ORG/NAME."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A `-v host:container` mount; `env` names a variable set to the container path."""
+
+    host: str
+    """May start with `~/`: expanded on each node to that node's home."""
+    container: str
+    env: str | None = None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How the head shows it serves: log regexes and an HTTP path, engine defaults plus the recipe's."""
+
+    path: str | None
+    ready: tuple[str, ...]
+    fatal: tuple[str, ...]
+    timeout: float
+    """Seconds from the last rank's start to ready."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe (swaplab.launch.recipe reads one); `args` are exactly the arguments the engine receives."""
+
+    path: Path
+    engine: str
+    name: str
+    model: str | None
+    docker_image: str | None
+    docker_image_dir: Path | None
+    required_nodes: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    distributed_backend: str
+    shm_size: str | None
+    entrypoint: tuple[str, ...]
+    args: tuple[str, ...]
+    port: int
+    env: Mapping[str, str]
+    extra_mounts: tuple[Mount, ...]
+    readiness: Readiness
+    drop_caches: bool = True
+    """Drop the page cache on every node before the ranks start (default: on for container engines)."""
+    extra_models: tuple[str, ...] = ()
+    """Other hub repos the engine reads (a drafter): downloaded and mirrored like `model`."""
+    rendezvous_port: int | None = None
+    """Where ranks meet (vLLM --master-port, SGLang --dist-init-addr, Ray GCS, llama.cpp RPC); None: the engine's default."""
+    content_hash: str = field(default="", repr=False)
+
+    @property
+    def slug(self) -> str:
+        """A short name for labels, container names and state folders: the recipe's folder
+        name for `.../NAME/recipe.toml`, else the file's stem."""
+        stem = self.path.parent.name if self.path.name == "recipe.toml" else self.path.stem
+        return re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-") or "recipe"
+
+    def digest(self) -> str:
+        """The recipe's hash (of its values, so comments do not change it), carried in labels."""
+        return self.content_hash
+
+    @property
+    def hub_models(self) -> tuple[str, ...]:
+        """The Hugging Face repos the engine loads: `model` (when it names one) and `extra_models`."""
+        models = (self.model,) if self.model and HUB_REPO.match(self.model) else ()
+        return models + self.extra_models
+
+    @property
+    def offline(self) -> bool:
+        """`HF_HUB_OFFLINE` set the way huggingface_hub reads it: no download step then."""
+        return self.env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command on one node (or, for kind "local", on the launching machine)."""
+
+    name: str
+    argv: tuple[str, ...]
+    kind: str
+    """"local" (on the launching machine, once), "prepare" (must exit 0 before the ranks),
+    "rank" (a long-running rank process) or "check" (a probe, informational)."""
+    stdin_from: tuple[str, ...] = ()
+    """A local argv whose output is this step's input (`docker save IMAGE | ssh node docker load`)."""
+    skip_if: tuple[str, ...] = ()
+    """An argv run on the node first: exit 0 means the step's work is already done."""
+    skip_if_same: tuple[str, ...] = ()
+    """An argv run locally and on the node: the same non-empty output means the step is done
+    (the node already has the image with the local image's id)."""
+    wait_for_port: int | None = None
+    """For a rank step: the next rank step in start order waits until the node's fabric_ip
+    accepts connections on this port (Ray's GCS, a llama.cpp rpc-server)."""
