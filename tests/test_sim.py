@@ -13,7 +13,8 @@ import anthropic
 import pytest
 
 from procs import SwaplabProcess, free_port
-from swaplab.sim.plan import BadRequest, answer_text, plan_request
+from swaplab.sim.request import BadRequest, plan_request
+from swaplab.sim.tokens import answer_text
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

@@ -10,8 +10,9 @@ import json
 import re
 from typing import Any
 
-from swaplab.sim.plan import TOKEN_PREFIX, Plan, answer_text
+from swaplab.sim.request import Plan
 from swaplab.sim.script import ScriptedReply
+from swaplab.sim.tokens import TOKEN_PREFIX, answer_text
 
 DONE = b"data: [DONE]\n\n"
 # The error types OpenAI-compatible servers give the statuses the sim answers with.

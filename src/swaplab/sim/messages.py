@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swaplab.sim.plan import TOKEN_PREFIX, Plan, answer_text
+from swaplab.sim.request import Plan
+from swaplab.sim.tokens import TOKEN_PREFIX, answer_text
 
 # The plan speaks OpenAI's finish reasons; Anthropic calls them stop reasons.
 STOP_REASONS = {"length": "max_tokens", "stop": "end_turn"}

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from swaplab.errors import SwaplabError
-from swaplab.sim.plan import count_words
+from swaplab.sim.tokens import count_words
 
 REPLY_KEYS = ("content", "reasoning", "tool_calls", "finish_reason")
 RULE_KEYS = ("match", "replies", "then")

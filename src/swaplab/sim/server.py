@@ -18,7 +18,7 @@ from swaplab.errors import SwaplabError
 from swaplab.sim import chunks, messages
 from swaplab.sim.chunks import StreamEncoder, whole_answer
 from swaplab.sim.messages import MessagesStreamEncoder, whole_message
-from swaplab.sim.plan import BadRequest, Kind, Plan, messages_prompt_tokens, plan_request
+from swaplab.sim.request import BadRequest, Kind, Plan, messages_prompt_tokens, plan_request
 from swaplab.sim.script import Script
 
 # Request bodies can be long prompts; the router forwards at least 64 MiB.

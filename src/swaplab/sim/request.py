@@ -1,12 +1,12 @@
-"""What the sim generates for one request: a pure reading of an OpenAI or Anthropic request body."""
+"""What the sim makes of one request: a pure reading of an OpenAI or Anthropic request body into a `Plan`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from swaplab.sim.script import Script, ScriptedReply
+from swaplab.sim.script import Script, ScriptedReply
+from swaplab.sim.tokens import count_words
 
 # "messages" is Anthropic's Messages API (/v1/messages); the others are OpenAI's.
 Kind = Literal["chat", "completion", "messages"]
@@ -32,25 +32,6 @@ class Plan:
     # OpenAI's spelling for every kind: the Messages wire format translates it.
     finish_reason: str
     reply: ScriptedReply | None = None  # the script's answer; None: the usual " tok0 tok1 ..."
-
-
-def count_words(text: str) -> int:
-    """The sim's tokenizer: one token per whitespace-separated word."""
-    return len(text.split())
-
-
-# Output token N is TOKEN_PREFIX + str(N): every answer reads " tok0 tok1 tok2 ...".
-TOKEN_PREFIX = " tok"
-
-
-def token_text(index: int) -> str:
-    """The text of output token `index`."""
-    return f"{TOKEN_PREFIX}{index}"
-
-
-def answer_text(count: int) -> str:
-    """The whole answer of `count` tokens, as a non-streaming response carries it."""
-    return "".join(token_text(index) for index in range(count))
 
 
 def plan_request(
