@@ -1,7 +1,8 @@
-"""Runs and their requests in the store (real SQLite files): migration 2, save/list/get, all-or-nothing writes."""
+"""Runs and their requests in the store (real SQLite files): migrations 2 and 3, the run record, save/list/get, all-or-nothing writes."""
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from contextlib import closing
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from swaplab.errors import SwaplabError
 from swaplab.results import (
     ActivityRecord, RequestRow, Run, get_run, list_runs, recent_activity, recorded_models, runs_for_models, save_run,
 )
 from swaplab.results.activity import insert_activity
+from swaplab.results.runs import served_run
 from swaplab.results.store import MIGRATIONS, SCHEMA_VERSION, connect, schema_version
 
 START = 1_800_000_000.0
@@ -139,6 +142,37 @@ def test_a_run_comes_back_as_it_was_saved(tmp_path):
     assert measured["data"] == {"itl_ms": [7.0, 7.2, 7.1]}
     assert failed["error"] == "HTTP 503: model is loading" and measured["run_id"] == run_id
     assert get_run(db, run_id + 1) is None
+
+
+def test_a_served_run_is_named_as_the_store_names_it_and_its_report_header_as_reports_always_did(tmp_path):
+    from swaplab.client.server import ServerInfo
+    from swaplab.results.report import check_report_path, report_header, write_report
+
+    def server(model: str) -> ServerInfo:
+        return ServerInfo(
+            url="http://127.0.0.1:8080", model=model, model_id="smollm2", alias=model if model != "smollm2" else None,
+            backend_kind="llama.cpp", backend_version="b6000", router=True, config_hash="3f2a9c1e", context_tokens=4096,
+            known_models=("smollm2", "smollm2-135m"), upstream_prefix="/upstream/smollm2",
+        )
+
+    through_alias = served_run("grill", server("smollm2-135m"), started_at=START, ended_at=START + 9,
+                               parameters={"reps": 3}, summary={"score": 1}, all_failed=False)
+    assert (through_alias.model, through_alias.requested_model, through_alias.status) == ("smollm2", "smollm2-135m", "completed")
+    by_id = served_run("throughput", server("smollm2"), started_at=START, ended_at=START + 9, parameters={},
+                       summary={}, all_failed=True, warmup_discarded=1)
+    assert (by_id.model, by_id.requested_model, by_id.status, by_id.warmup_discarded) == ("smollm2", None, "failed", 1)
+    run_id = save_run(tmp_path / "a.db", through_alias)
+    assert [run["id"] for run in list_runs(tmp_path / "a.db", model="smollm2-135m")] == [run_id]
+
+    header = report_header(through_alias, run_id)
+    assert (header["run_id"], header["model"], header["model_id"], header["alias"]) == (run_id, "smollm2-135m", "smollm2", "smollm2")
+    assert (header["target_url"], header["config_hash"], header["parameters"]) == ("http://127.0.0.1:8080", "3f2a9c1e", {"reps": 3})
+    assert (report_header(by_id, 2)["model"], report_header(by_id, 2)["alias"]) == ("smollm2", None)
+    with pytest.raises(SwaplabError, match="--json .*: directory .* does not exist"):
+        check_report_path(str(tmp_path / "missing" / "report.json"))
+    write_report(str(tmp_path / "report.json"), {**header, "extra": tmp_path})
+    assert json.loads((tmp_path / "report.json").read_text())["extra"] == str(tmp_path)
+    assert not (tmp_path / "report.json.partial").exists()
 
 
 def test_defaults_name_the_machine_and_the_swaplab_version(tmp_path):

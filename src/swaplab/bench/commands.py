@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swaplab.bench.compare import MIN_EFFECT, compare_runs, sentences
 from swaplab.bench.overhead import save_selftest, timed_measure
-from swaplab.bench.report import ProgressBar, show_outcome, write_json
+from swaplab.bench.report import ProgressBar, report_document, show_outcome
 from swaplab.bench.run import BenchSettings, execute
 from swaplab.bench.selftest import SelftestReport, SelftestSettings
-from swaplab.errors import SwaplabError
+from swaplab.results.report import check_report_path, write_report
 from swaplab.results.store import default_path
 
 if TYPE_CHECKING:
@@ -25,11 +23,11 @@ def run_command(settings: BenchSettings, *, json_path: str | None = None, consol
     from rich.console import Console
 
     console = console or Console()
-    _check_writable(json_path)
+    check_report_path(json_path)
     with ProgressBar(console) as progress:
         outcome = asyncio.run(execute(settings, progress))
     if json_path:
-        write_json(outcome, json_path)
+        write_report(json_path, report_document(outcome))
     show_outcome(outcome, console, db_path=str(settings.db or default_path()), json_path=json_path)
     return 0 if outcome.run.status == "completed" else 1
 
@@ -53,13 +51,13 @@ def selftest_command(
     from rich.console import Console
 
     console = console or Console()
-    _check_writable(json_path)
+    check_report_path(json_path)
     with console.status(f"selftest: {settings.streams} streams from a sim, {settings.rounds} pairs of rounds"):
         report, started_at, ended_at = asyncio.run(timed_measure(settings))
     run_id = save_selftest(db, report, started_at=started_at, ended_at=ended_at)
     summary = report.summary()
     if json_path:
-        Path(json_path).write_text(json.dumps({"run_id": run_id, "settings": asdict(settings), **summary}, indent=2) + "\n")
+        write_report(json_path, {"run_id": run_id, "settings": asdict(settings), **summary})
     console.print(selftest_table(report, summary))
     console.print(
         f"The client adds {summary['client_overhead_ms']:.2f} ms to TTFT p50 over the raw reader "
@@ -106,9 +104,3 @@ def selftest_table(report: SelftestReport, summary: dict[str, Any]):
         f"{summary['client_aggregate_tokens_per_second'] / summary['raw_aggregate_tokens_per_second']:.4f}",
     )
     return table
-
-
-def _check_writable(json_path: str | None) -> None:
-    # Checked before the run, so a typo can't cost a finished measurement its report.
-    if json_path and not Path(json_path).resolve().parent.is_dir():
-        raise SwaplabError(f"--json {json_path}: directory {Path(json_path).resolve().parent} does not exist")

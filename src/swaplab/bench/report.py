@@ -1,12 +1,10 @@
-"""What a bench run shows: a live progress bar with tok/s, the results table, the JSON report."""
+"""What a bench run shows: a live progress bar with tok/s, the results table, the JSON report's body."""
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict
-from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -25,6 +23,7 @@ from rich.text import Text
 from swaplab.bench.run import BenchOutcome, Observer
 from swaplab.client import RequestResult
 from swaplab.results.present import levels_table, model_name
+from swaplab.results.report import report_header
 
 # The columns of the end-of-run table, per kind (the store keeps every figure).
 SHOWN = {
@@ -149,34 +148,11 @@ def interpretation(kind: str, summary: Mapping[str, Any]) -> list[str]:
 
 def report_document(outcome: BenchOutcome) -> dict[str, Any]:
     """The self-contained JSON report: the run, how it was made, every figure, every request."""
-    run = outcome.run
-    summary = outcome.summary
     return {
-        "run_id": outcome.run_id,
-        "kind": run.kind,
-        "target_url": run.target_url,
-        "model": run.requested_model or run.model,
-        "model_id": run.model,
-        "backend_kind": run.backend_kind,
-        "backend_version": run.backend_version,
-        "config_hash": run.config_hash,
-        "host": run.host,
-        "swaplab_version": run.swaplab_version,
-        "started_at": run.started_at,
-        "ended_at": run.ended_at,
-        "status": run.status,
-        "parameters": dict(run.parameters),
-        **summary,
+        **report_header(outcome.run, outcome.run_id),
+        **outcome.summary,
         "requests": [asdict(row) for row in outcome.rows],
     }
-
-
-def write_json(outcome: BenchOutcome, path: str) -> None:
-    """Write the JSON report next to nothing half-done: to a temporary name, then renamed into place."""
-    target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(report_document(outcome), indent=2, default=str) + "\n")
-    partial.replace(target)
 
 
 def _spread(figure: Mapping[str, Any], unit: str = "", digits: int = 0) -> str:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import random
 import secrets
-import socket
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from swaplab import __version__
 from swaplab.bench import plan
 from swaplab.bench.overhead import OverheadFigure, client_overhead
 from swaplab.bench.plan import Level, Workload
@@ -23,7 +21,7 @@ from swaplab.bench.summary import stored_summary, summarize
 from swaplab.bench.target import Target, describe_target, reach
 from swaplab.client import OpenAIClient, RequestResult, WallClock
 from swaplab.errors import SwaplabError
-from swaplab.results.runs import RequestRow, Run, save_run
+from swaplab.results.runs import RequestRow, Run, save_run, served_run
 
 DEFAULT_PREFIX_TOKENS = 4096
 ITL_DECIMALS = 3
@@ -135,18 +133,10 @@ async def execute(settings: BenchSettings, observer: Observer | None = None) -> 
     summary = summarize(workload, row_dicts, reps=settings.reps, warmup=settings.warmup, client_overhead_ms=overhead.milliseconds)
     summary["client_overhead_source"] = overhead.source
     measured = [row for row in rows if not row.warmup]
-    info = target.info
     recorded_target = describe_target(target)
-    run = Run(
-        kind=workload.kind,
-        target_url=info.url,
-        model=info.model_id,
-        requested_model=info.model if info.model != info.model_id else None,
-        backend_kind=info.backend_kind,
-        backend_version=info.backend_version,
-        config_hash=info.config_hash,
-        host=socket.gethostname(),
-        swaplab_version=__version__,
+    run = served_run(
+        workload.kind,
+        target.info,
         parameters={**settings.parameters(), **recorded_target, "prompt_seed": prompt_seed,
                     "levels": [level.naming() | {"requests": level.requests} for level in workload.levels],
                     "prefix_tokens": workload.prefix_tokens or None},
@@ -154,7 +144,7 @@ async def execute(settings: BenchSettings, observer: Observer | None = None) -> 
         ended_at=ended_at,
         warmup_discarded=settings.warmup,
         summary=stored_summary(summary),
-        status="failed" if measured and all(row.error is not None for row in measured) else "completed",
+        all_failed=bool(measured) and all(row.error is not None for row in measured),
     )
     run_id = save_run(settings.db, run, rows)
     return BenchOutcome(run, run_id, summary, rows, overhead, recorded_target)

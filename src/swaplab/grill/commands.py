@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from swaplab.errors import SwaplabError
+from swaplab.results.report import check_report_path, report_header, write_report
 from swaplab.results.store import default_path
 
 if TYPE_CHECKING:
@@ -53,33 +51,19 @@ def run_command(settings: GrillSettings, *, json_path: str | None = None, consol
     from swaplab.grill.runner import execute
 
     console = console or Console()
-    if json_path and not Path(json_path).resolve().parent.is_dir():
-        raise SwaplabError(f"--json {json_path}: its folder does not exist")
+    check_report_path(json_path)
     with ProgressBar(console) as progress:
         outcome = asyncio.run(execute(settings, progress))
     if json_path:
-        Path(json_path).write_text(json.dumps(report_document(outcome), indent=2, default=str) + "\n")
+        write_report(json_path, report_document(outcome))
     show_outcome(outcome, console, db_path=str(settings.db or default_path()), json_path=json_path)
     return 0 if outcome.run.status == "completed" else 1
 
 
 def report_document(outcome: GrillOutcome) -> dict:
     """The run as one self-contained JSON document: what ran, the summary, every task attempt."""
-    run = outcome.run
     return {
-        "run_id": outcome.run_id,
-        "kind": run.kind,
-        "model": run.requested_model or run.model,
-        "alias": run.model if run.requested_model else None,
-        "target_url": run.target_url,
-        "backend_kind": run.backend_kind,
-        "backend_version": run.backend_version,
-        "config_hash": run.config_hash,
-        "swaplab_version": run.swaplab_version,
-        "parameters": dict(run.parameters),
-        "started_at": run.started_at,
-        "ended_at": run.ended_at,
-        "status": run.status,
+        **report_header(outcome.run, outcome.run_id),
         "summary": outcome.summary,
         "transcripts": str(outcome.transcripts),
         "tasks": [

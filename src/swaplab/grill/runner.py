@@ -23,7 +23,7 @@ from swaplab.client.server import ServerInfo
 from swaplab.errors import SwaplabError
 from swaplab.grill.outcome import ERROR, Sampling, TaskOutcome
 from swaplab.grill.summary import summarize
-from swaplab.results.runs import RequestRow, Run, save_run
+from swaplab.results.runs import RequestRow, Run, save_run, served_run
 from swaplab.results.store import default_path
 
 GRILL_KIND = "grill"
@@ -199,20 +199,14 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
     summary["isolation"] = _isolation(settings.suites)
     if notes:
         summary["notes"] = notes
-    everything_failed = bool(outcomes) and all(outcome.status == ERROR for _, outcome in outcomes)
-    run = Run(
-        kind=GRILL_KIND,
-        target_url=settings.url,
-        model=info.model_id,
-        requested_model=info.model if info.model != info.model_id else None,
-        backend_kind=info.backend_kind,
-        backend_version=info.backend_version,
-        config_hash=info.config_hash,
+    run = served_run(
+        GRILL_KIND,
+        info,
         parameters={**settings.parameters(), "temperature": sampling.temperature},
         started_at=started_at,
         ended_at=ended_at,
         summary=summary,
-        status="failed" if everything_failed else "completed",
+        all_failed=bool(outcomes) and all(outcome.status == ERROR for _, outcome in outcomes),
     )
     run_id = save_run(settings.db, run, rows)
     return GrillOutcome(run, run_id, summary, outcomes, transcripts, notes)

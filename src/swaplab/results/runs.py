@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Protocol
 
 from swaplab import __version__
 from swaplab.results.store import connect, transaction
@@ -70,6 +70,45 @@ class RequestRow:
     error: str | None = None  # None when the request succeeded
     warmup: bool = False
     data: Mapping[str, Any] | None = None  # extras, JSON-ready: ITL list, transcript reference, ...
+
+
+class ServedModel(Protocol):
+    """What a run knows of the server it measured (`swaplab.client.ServerInfo` is one)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def model(self) -> str: ...  # the name asked for
+    @property
+    def model_id(self) -> str: ...  # the id it resolved to
+    @property
+    def backend_kind(self) -> str | None: ...
+    @property
+    def backend_version(self) -> str | None: ...
+    @property
+    def config_hash(self) -> str | None: ...
+
+
+def served_run(
+    kind: str, server: ServedModel, *, started_at: float, ended_at: float, parameters: Mapping[str, Any],
+    summary: Mapping[str, Any], all_failed: bool, warmup_discarded: int = 0,
+) -> Run:
+    """The record of a bench or grill run against `server`: what it measured, named as the store names it."""
+    return Run(
+        kind=kind,
+        target_url=server.url,
+        model=server.model_id,
+        requested_model=server.model if server.model != server.model_id else None,
+        backend_kind=server.backend_kind,
+        backend_version=server.backend_version,
+        config_hash=server.config_hash,
+        parameters=parameters,
+        started_at=started_at,
+        ended_at=ended_at,
+        warmup_discarded=warmup_discarded,
+        summary=summary,
+        status="failed" if all_failed else "completed",
+    )
 
 
 RUN_COLUMNS = tuple(field.name for field in dataclasses.fields(Run))
