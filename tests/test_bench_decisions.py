@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swaplab.bench import plan
+from swaplab.bench import workloads
 from swaplab.bench.compare import compare_level
 from swaplab.bench.summary import length_flags, level_figures, per_rep
 from swaplab.errors import SwaplabError
@@ -21,7 +21,7 @@ from swaplab.errors import SwaplabError
     ],
 )
 def test_prefill_lengths(given, context, lengths):
-    workload = plan.prefill(input_tokens=given, output_tokens=16, context_tokens=context)
+    workload = workloads.prefill(input_tokens=given, output_tokens=16, context_tokens=context)
     assert [level.input_tokens for level in workload.levels] == lengths
 
 
@@ -34,17 +34,17 @@ def test_prefill_lengths(given, context, lengths):
     ],
 )
 def test_throughput_levels(concurrency, rates, requests, expected):
-    workload = plan.throughput(input_tokens=128, output_tokens=64, concurrency=concurrency, rates=rates, requests=requests)
+    workload = workloads.throughput(input_tokens=128, output_tokens=64, concurrency=concurrency, rates=rates, requests=requests)
     assert [(level.name, level.requests) for level in workload.levels] == expected
 
 
 def test_nonsense_settings_are_user_errors():
     with pytest.raises(SwaplabError, match="--concurrency must be at least 1"):
-        plan.throughput(input_tokens=128, output_tokens=64, concurrency=[0])
+        workloads.throughput(input_tokens=128, output_tokens=64, concurrency=[0])
     with pytest.raises(SwaplabError, match="twice"):
-        plan.throughput(input_tokens=128, output_tokens=64, concurrency=[2, 2])
+        workloads.throughput(input_tokens=128, output_tokens=64, concurrency=[2, 2])
     with pytest.raises(SwaplabError, match="--rate must be above 0"):
-        plan.throughput(input_tokens=128, output_tokens=64, rates=[0])
+        workloads.throughput(input_tokens=128, output_tokens=64, rates=[0])
 
 
 def row(rep, sent, end, *, tokens=64, prompt=128, ttft=100.0, error=None, warmup=False):
@@ -64,7 +64,7 @@ def test_per_rep_rates_count_the_time_failures_took_but_not_their_tokens():
 
 
 def test_warmup_rows_never_count_and_lengths_off_by_more_than_5_percent_are_flagged():
-    level = plan.Level("c=1", input_tokens=128, output_tokens=64, requests=2)
+    level = workloads.Level("c=1", input_tokens=128, output_tokens=64, requests=2)
     rows = [
         row(1, 0.0, 1.0, tokens=1, warmup=True),  # a warm-up: would be flagged if it counted
         row(1, 1.0, 2.0, tokens=64), row(1, 2.0, 3.0, tokens=61),  # 61 is 4.7% short: fine

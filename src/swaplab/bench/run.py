@@ -13,9 +13,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from swaplab.bench import plan
+from swaplab.bench import workloads
 from swaplab.bench.overhead import OverheadFigure, client_overhead
-from swaplab.bench.plan import Level, Workload
+from swaplab.bench.workloads import Level, Workload
 from swaplab.bench.runner import closed_loop, open_loop, poisson_offsets
 from swaplab.bench.summary import stored_summary, summarize
 from swaplab.bench.target import Target, describe_target, reach
@@ -157,7 +157,7 @@ def _workload(settings: BenchSettings, target: Target) -> Workload:
             raise SwaplabError("--rate and --concurrency are alternatives: give one")
         if len(settings.input_tokens) > 1:
             raise SwaplabError("throughput takes one --input-tokens (prefill sweeps prompt lengths)")
-        return plan.throughput(
+        return workloads.throughput(
             input_tokens=settings.input_tokens[0] if settings.input_tokens else 1024,
             output_tokens=settings.output_tokens or 256,
             concurrency=settings.concurrency,
@@ -165,7 +165,7 @@ def _workload(settings: BenchSettings, target: Target) -> Workload:
             requests=settings.requests,
         )
     if settings.kind == "prefill":
-        return plan.prefill(
+        return workloads.prefill(
             input_tokens=settings.input_tokens, output_tokens=settings.output_tokens or 16,
             context_tokens=context, requests=settings.requests,
         )
@@ -177,7 +177,7 @@ def _workload(settings: BenchSettings, target: Target) -> Workload:
             prefix = DEFAULT_PREFIX_TOKENS
             if context is not None:
                 prefix = min(prefix, context - settings.suffix_tokens - output_tokens)
-        return plan.prefix_cache(
+        return workloads.prefix_cache(
             prefix_tokens=prefix, suffix_tokens=settings.suffix_tokens, output_tokens=output_tokens,
             requests=settings.requests,
         )

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from swaplab.bench.plan import Level, Workload
+from swaplab.bench.workloads import Level, Workload
 from swaplab.results.stats import distribution, spread
 
 Row = Mapping[str, Any]

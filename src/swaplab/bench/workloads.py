@@ -1,4 +1,4 @@
-"""What a bench run sends: its levels, their lengths and request counts. Pure decisions over settings."""
+"""Bench workloads: the levels a run sends, their lengths and request counts. Pure decisions over settings."""
 
 from __future__ import annotations
 
