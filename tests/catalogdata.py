@@ -25,7 +25,7 @@ def latency(mean: float, p50: float | None = None) -> dict:
     return {"n": 24, "p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.2, "mean": mean}
 
 
-def throughput_run(model: str, rates: dict[int, tuple[float, float, float]], *, started: float, alias: str | None = None,
+def throughput_run(model: str, rates: dict[int, tuple[float, float, float]], *, started: float, requested_model: str | None = None,
                    backend: str = "sglang") -> Run:
     levels = [
         {
@@ -40,7 +40,7 @@ def throughput_run(model: str, rates: dict[int, tuple[float, float, float]], *, 
         "reps": 3, "warmup_discarded": 1, "levels": levels, "scaling": f"c={last} / c={first}",
         "scaling_ratio": spread(rates[last][0] / rates[first][0]),
     }
-    return Run(kind="throughput", target_url="http://127.0.0.1:8080", model=model, alias=alias, started_at=started,
+    return Run(kind="throughput", target_url="http://127.0.0.1:8080", model=model, requested_model=requested_model, started_at=started,
                backend_kind=backend, backend_version="0.5.2", summary=summary)
 
 
@@ -70,7 +70,7 @@ def prefix_cache_run(model: str, uncached: float, cached: float, *, started: flo
 
 
 def grill_run(model: str, scores: list[int], *, started: float, r5_complete: list[int] = (6, 6, 6),
-              tok_per_step: list[float] = (162.0,), alias: str | None = None, log: str = "") -> Run:
+              tok_per_step: list[float] = (162.0,), requested_model: str | None = None, log: str = "") -> Run:
     """A grill run in the shape docs/results.md ("Grill runs") defines."""
     summary = {
         "suites": ["code", "agent"], "reps": len(scores),
@@ -82,7 +82,7 @@ def grill_run(model: str, scores: list[int], *, started: float, r5_complete: lis
         "log": log,
         "headline": f"{sum(scores) / len(scores):.1f}/23",
     }
-    return Run(kind="grill", target_url="http://127.0.0.1:8080", model=model, alias=alias, started_at=started,
+    return Run(kind="grill", target_url="http://127.0.0.1:8080", model=model, requested_model=requested_model, started_at=started,
                backend_kind="sglang", summary=summary)
 
 

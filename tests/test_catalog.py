@@ -185,7 +185,7 @@ def test_grill_runs_fill_the_run_history_with_their_spread(tmp_path):
 def test_ids_that_survive_only_in_results_or_notes_are_retired(tmp_path):
     db = tmp_path / "runs.db"
     # Asked for by an old alias through a router that resolved it to an id no config has now.
-    save_run(db, grill_run("old-alias", [15, 16, 17], started=SEPTEMBER_4, alias="qwen3-retired"))
+    save_run(db, grill_run("qwen3-retired", [15, 16, 17], started=SEPTEMBER_4, requested_model="old-alias"))
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "history.md").write_text("---\nmodels: [mellum-driver]\n---\nmellum used to be the driver; see [[qwen3-retired]].\n")
