@@ -21,6 +21,7 @@ import aiohttp
 from swaplab.client.answer import StreamAssembler, error_text, read_whole_answer
 from swaplab.client.errors import ServerUnreachableError
 from swaplab.client.result import RequestResult
+from swaplab.client.server import ServerInfo, ServerProbe
 
 # llama.cpp's server drops idle keep-alive connections after 5 s; a pooled connection
 # idle for longer than this is closed here first, so few requests meet a dropped one.
@@ -68,8 +69,7 @@ class OpenAIClient:
         self._idle_seconds = idle_seconds
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
-        self._server_info: dict[str | None, Any] = {}
-        self.tokenize_shape: str | None = None  # the /tokenize body shape that worked, once known
+        self._probe = ServerProbe(self)
 
     async def __aenter__(self) -> OpenAIClient:
         self._pool()
@@ -234,19 +234,13 @@ class OpenAIClient:
 
     # -- what the server is ----------------------------------------------------------
 
-    async def server_info(self, model: str | None = None):
+    async def server_info(self, model: str | None = None) -> ServerInfo:
         """Who serves `model` here: backend kind and version, router entry, context (cached per model)."""
-        from swaplab.client.server import identify
-
-        if model not in self._server_info:
-            self._server_info[model] = await identify(self, model)
-        return self._server_info[model]
+        return await self._probe.server_info(model)
 
     async def tokenize(self, text: str, *, model: str | None = None) -> list[int]:
         """The server's own token ids for `text`, without special tokens (llama.cpp, vLLM, SGLang `/tokenize`)."""
-        from swaplab.client.server import tokenize
-
-        return await tokenize(self, text, model)
+        return await self._probe.tokenize(text, model)
 
 
 async def _note_reused(session: aiohttp.ClientSession, context: SimpleNamespace, params: Any) -> None:

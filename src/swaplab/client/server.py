@@ -5,18 +5,18 @@ vLLM's `GET /version`, SGLang's `GET /get_server_info` (`/server_info` in newer
 releases); all three put `owned_by` in `/v1/models`. A swaplab router answers
 `GET /api/models` with each entry's `config_hash`, and reaches the backend's own
 endpoints through `/upstream/<model>/...`.
+
+`ServerProbe` asks, and keeps what it learnt; the client (`http.OpenAIClient`) holds one
+and reaches the server's JSON endpoints for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from swaplab.client.errors import ServerAnswerError, TokenizeUnavailableError
 from swaplab.errors import UnknownModelError
-
-if TYPE_CHECKING:
-    from swaplab.client.http import OpenAIClient
 
 # owned_by in /v1/models -> the kind recorded with results.
 KIND_BY_OWNER = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang", "swaplab-sim": "swaplab-sim"}
@@ -39,7 +39,59 @@ class ServerInfo:
     upstream_prefix: str  # where the backend's own endpoints are: "" direct, "/upstream/<id>" via a router
 
 
-async def identify(client: OpenAIClient, model: str | None) -> ServerInfo:
+class JsonEndpoints(Protocol):
+    """What probing needs of a client: its address and plain JSON requests."""
+
+    base_url: str
+
+    async def get_json(self, path: str) -> tuple[int, Any]: ...
+
+    async def post_json(self, path: str, body: Any) -> tuple[int, Any]: ...
+
+
+class ServerProbe:
+    """Who serves what at one server, asked once per model, and how its `/tokenize` takes a body."""
+
+    def __init__(self, client: JsonEndpoints):
+        self._client = client
+        self._info: dict[str | None, ServerInfo] = {}
+        self.tokenize_shape: str | None = None  # the /tokenize body shape that worked, once known
+
+    async def server_info(self, model: str | None) -> ServerInfo:
+        """`identify`, cached per model."""
+        if model not in self._info:
+            self._info[model] = await identify(self._client, model)
+        return self._info[model]
+
+    async def tokenize(self, text: str, model: str | None) -> list[int]:
+        """Token ids from the backend's `/tokenize`: llama.cpp's `{"content"}` or vLLM/SGLang's `{"prompt"}`."""
+        client = self._client
+        info = await self.server_info(model)
+        path = f"{info.upstream_prefix}/tokenize"
+        shapes = {
+            "content": {"content": text, "add_special": False},
+            "prompt": {"prompt": text, "add_special_tokens": False},
+        }
+        order = ["prompt", "content"] if info.backend_kind in ("vllm", "sglang") else ["content", "prompt"]
+        if self.tokenize_shape is not None:
+            order = [self.tokenize_shape]
+        last = None
+        for shape in order:
+            status, document = await client.post_json(path, shapes[shape])
+            if status == 200 and isinstance(document, dict):
+                tokens = document.get("tokens")
+                if isinstance(tokens, list):
+                    self.tokenize_shape = shape
+                    return [token if isinstance(token, int) else token.get("id") for token in tokens]
+            if status in (404, 405, 501):
+                break  # no such endpoint: the other shape can't help
+            last = status
+        raise TokenizeUnavailableError(
+            f"{client.base_url}{path} does not tokenize (HTTP {last if last is not None else status})"
+        )
+
+
+async def identify(client: JsonEndpoints, model: str | None) -> ServerInfo:
     """Find `model` on the server (the only model when None) and ask the backend who it is."""
     status, document = await client.get_json("/api/models")
     if status == 200 and isinstance(document, dict) and isinstance(document.get("models"), list):
@@ -47,7 +99,7 @@ async def identify(client: OpenAIClient, model: str | None) -> ServerInfo:
     return await _direct(client, model)
 
 
-async def _through_router(client: OpenAIClient, model: str | None, entries: list[dict[str, Any]]) -> ServerInfo:
+async def _through_router(client: JsonEndpoints, model: str | None, entries: list[dict[str, Any]]) -> ServerInfo:
     known: list[str] = []
     by_name: dict[str, dict[str, Any]] = {}
     for entry in entries:
@@ -83,7 +135,7 @@ async def _through_router(client: OpenAIClient, model: str | None, entries: list
     )
 
 
-async def _direct(client: OpenAIClient, model: str | None) -> ServerInfo:
+async def _direct(client: JsonEndpoints, model: str | None) -> ServerInfo:
     backend = await _backend(client, "")
     if backend.models_status != 200:
         raise ServerAnswerError(
@@ -122,7 +174,7 @@ class _Backend:
     context: int | None = None
 
 
-async def _backend(client: OpenAIClient, prefix: str) -> _Backend:
+async def _backend(client: JsonEndpoints, prefix: str) -> _Backend:
     backend = _Backend()
     status, document = await client.get_json(f"{prefix}/v1/models")
     backend.models_status = status
@@ -160,33 +212,6 @@ async def _backend(client: OpenAIClient, prefix: str) -> _Backend:
                 backend.context = backend.context or _positive(info.get("context_length"))
                 return backend
     return backend
-
-
-async def tokenize(client: OpenAIClient, text: str, model: str | None) -> list[int]:
-    """Token ids from the backend's `/tokenize`: llama.cpp's `{"content"}` or vLLM/SGLang's `{"prompt"}`."""
-    info = await client.server_info(model)
-    path = f"{info.upstream_prefix}/tokenize"
-    shapes = {
-        "content": {"content": text, "add_special": False},
-        "prompt": {"prompt": text, "add_special_tokens": False},
-    }
-    order = ["prompt", "content"] if info.backend_kind in ("vllm", "sglang") else ["content", "prompt"]
-    if client.tokenize_shape is not None:
-        order = [client.tokenize_shape]
-    last = None
-    for shape in order:
-        status, document = await client.post_json(path, shapes[shape])
-        if status == 200 and isinstance(document, dict):
-            tokens = document.get("tokens")
-            if isinstance(tokens, list):
-                client.tokenize_shape = shape
-                return [token if isinstance(token, int) else token.get("id") for token in tokens]
-        if status in (404, 405, 501):
-            break  # no such endpoint: the other shape can't help
-        last = status
-    raise TokenizeUnavailableError(
-        f"{client.base_url}{path} does not tokenize (HTTP {last if last is not None else status})"
-    )
 
 
 def _positive(value: Any) -> int | None:
