@@ -1,7 +1,10 @@
-"""Real processes for the tests: swaplab's own CLI (router, sim) started on free loopback ports."""
+"""Real processes for the tests: swaplab's own CLI (router, sim) started on free loopback ports,
+and the waits for what they do."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import shlex
 import signal
@@ -11,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -67,7 +71,23 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.02):
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+        time.sleep(interval)  # the poll's pace, not an ordering: the condition decides, the deadline bounds it
+
+
+async def eventually(check, timeout: float, what: str | Callable[[], str], interval: float = 0.01):
+    """`wait_until` for a test on an event loop: await `check()` (a plain or a coroutine function)
+    until it returns a truthy value, and return that; fail after `timeout` seconds saying `what`
+    was waited for (a function is called then, so it can tell what was last seen)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
+        await asyncio.sleep(interval)  # the poll's pace, not an ordering: the condition decides, the deadline bounds it
 
 
 class SwaplabProcess:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import aiohttp
 
-from procs import PYTHON, SIM, alive
+from procs import PYTHON, SIM, alive, eventually
+from routerclient import chat, running
 from swaplab.config.loader import load_config_text
 from swaplab.errors import BackendStartError
 from swaplab.fleet import Fleet, LogHub
 from swaplab.fleet.devices import DeviceReading
-from test_router import chat, running
 
 FAKE_DEVICES = """
 healthCheckTimeout: 30
@@ -26,17 +25,6 @@ devices:
 
 def sim(model: str, extra: str = "") -> str:
     return f"{SIM} --port ${{PORT}} --model {model} {extra}"
-
-
-async def poll(check, timeout: float, what: str):
-    """Await `check()` until it returns a truthy value; fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 async def running_and_devices(session: aiohttp.ClientSession, url: str) -> tuple[dict[str, dict], dict[int, dict]]:
@@ -113,7 +101,7 @@ models:
                 state = await running(session, router.url)
                 return state.get("c", {}).get("waiting") and state
 
-            state = await poll(c_waits, 10, "c to be queued behind a")
+            state = await eventually(c_waits, 10, "c to be queued behind a")
             assert state["c"]["state"] == "stopped" and state["c"]["queued"] == 1
             assert state["c"]["waiting"] == "model 'c' waits for 'a' (busy) before it can start"
             assert state["a"]["state"] == "ready" and state["a"]["in_flight"] == 1

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import aiohttp
 import anthropic
 import openai
 import pytest
 
-from procs import PYTHON, SIM
-from test_router import chat, running, sim_stats
+from procs import PYTHON, SIM, eventually
+from routerclient import chat, running, sim_stats, wait_for_state, wait_for_stats
 
 CRASHING_GROUP = f"""
 healthCheckTimeout: 30
@@ -103,8 +102,7 @@ models:
     body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     async with aiohttp.ClientSession() as session:
         loading = asyncio.ensure_future(session.post(f"{router.url}/load?model=a"))
-        while await held(session, router.url, "a") < 1:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: held(session, router.url, "a"), 30, "the /load to be held against a's limit")
         async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
             assert response.status == 429, await response.text()
             assert "concurrencyLimit" in (await response.json())["error"]["message"]
@@ -131,8 +129,7 @@ models:
         assert await held(session, router.url, "a") == 1  # the preload, queued while a starts
         async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
             assert response.status == 429
-        while (await running(session, router.url))["a"]["state"] != "ready":
-            await asyncio.sleep(0.02)
+        await wait_for_state(session, router.url, "a", "ready", timeout=60)
         status, reply = await chat(session, router.url, "a", max_tokens=1)
         assert status == 200, reply
 
@@ -270,8 +267,5 @@ async def test_a_client_leaving_during_heartbeats_cancels_the_upstream_at_once(r
         before = await sim_stats(session, proxy)
         async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
             assert await response.content.readline() == b": keep-alive\n"
-            left = time.monotonic()
-        while (stats := await sim_stats(session, proxy))["cancelled"] == before["cancelled"]:
-            assert time.monotonic() - left < 10, stats
-            await asyncio.sleep(0.005)
+        stats = await wait_for_stats(session, proxy, lambda stats: stats["cancelled"] != before["cancelled"], timeout=10)
         assert stats["active"] == 0

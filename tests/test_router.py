@@ -12,18 +12,8 @@ import time
 import aiohttp
 import pytest
 
-from procs import PYTHON, SIM, Router, SwaplabProcess, alive, free_port, wait_until
-
-
-async def chat(session: aiohttp.ClientSession, url: str, model: str, **body) -> tuple[int, dict]:
-    payload = {"model": model, "messages": [{"role": "user", "content": "hello there"}], **body}
-    async with session.post(f"{url}/v1/chat/completions", json=payload) as response:
-        return response.status, await response.json(content_type=None)
-
-
-async def running(session: aiohttp.ClientSession, url: str) -> dict[str, dict]:
-    async with session.get(f"{url}/running") as response:
-        return {entry["model"]: entry for entry in (await response.json())["running"]}
+from procs import PYTHON, SIM, Router, SwaplabProcess, alive, eventually, free_port, wait_until
+from routerclient import chat, running, sim_stats, wait_for_state, wait_for_stats
 
 
 def two_sims(extra_a: str = "", extra_b: str = "", top: str = "") -> str:
@@ -95,11 +85,6 @@ models:
         assert status == 200, body  # held until a real one-token generation succeeded
 
 
-async def sim_stats(session: aiohttp.ClientSession, proxy: str) -> dict:
-    async with session.get(f"{proxy}/sim/stats") as response:
-        return await response.json()
-
-
 async def test_client_disconnect_cancels_the_upstream_stream(router_factory):
     # One token every 2 s: a cancel seen before the next token is due was noticed from
     # the closed connection, not from a failed write.
@@ -114,12 +99,7 @@ async def test_client_disconnect_cancels_the_upstream_stream(router_factory):
         response.close()  # the client goes away mid-stream
         gone = time.monotonic()
         async with aiohttp.ClientSession() as probe:
-            async def cancelled():
-                return (await sim_stats(probe, proxy))["cancelled"] == 1
-
-            while not await cancelled():
-                assert time.monotonic() - gone < 5, "upstream never saw the disconnect"
-                await asyncio.sleep(0.005)
+            await wait_for_stats(probe, proxy, lambda stats: stats["cancelled"] == 1, timeout=5)
         elapsed = time.monotonic() - gone
         print(f"upstream cancelled {elapsed * 1000:.1f} ms after the client left")
         assert elapsed < 2.0, "cancel arrived only with the next token write"
@@ -147,26 +127,12 @@ async def test_queued_request_whose_client_left_is_dropped(router_factory):
         body = {"model": "a", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
         pending = asyncio.ensure_future(session.post(f"{router.url}/v1/chat/completions", json=body))
 
-        async def queued() -> int:
-            return (await running(session, router.url)).get("a", {}).get("queued", 0)
+        async def queued(count: int) -> bool:
+            return (await running(session, router.url)).get("a", {}).get("queued", 0) == count
 
-        while await queued() != 1:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: queued(1), 30, "the request to queue while a loads")
         pending.cancel()
-        deadline = time.monotonic() + 10
-        while await queued() != 0:
-            assert time.monotonic() < deadline, "the abandoned request stayed queued"
-            await asyncio.sleep(0.01)
-
-
-async def wait_for_stats(session, proxy: str, predicate, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = await sim_stats(session, proxy)
-        if predicate(stats):
-            return stats
-        assert time.monotonic() < deadline, f"sim stats never matched: {stats}"
-        await asyncio.sleep(0.005)
+        await eventually(lambda: queued(0), 10, "the abandoned request to leave the queue")
 
 
 async def test_crash_mid_stream_ends_with_error_event_and_next_request_restarts(router_factory):
@@ -203,9 +169,16 @@ async def test_interleaved_requests_are_served_in_batches(router_factory):
     router = router_factory(two_sims(extra_a="--ttft-ms 300", extra_b="--ttft-ms 300"))
     async with aiohttp.ClientSession() as session:
         tasks = []
+
+        async def all_arrived() -> bool:
+            # Every request not yet answered is held (queued or in flight) by the router.
+            held = sum(entry["in_flight"] + entry["queued"] for entry in (await running(session, router.url)).values())
+            return held >= sum(not task.done() for task in tasks)
+
         for model in ("a", "b", "a", "b"):
             tasks.append(asyncio.ensure_future(chat(session, router.url, model, max_tokens=2)))
-            await asyncio.sleep(0.05)
+            # The next request leaves once the router holds this one: it sees them in this order.
+            await eventually(all_arrived, 10, f"the router to hold request {len(tasks)} ({model})")
         results = await asyncio.gather(*tasks)
         async with session.get(f"{router.url}/logs") as response:
             logs = await response.text()
@@ -307,8 +280,7 @@ models:
     assert alive(grandchild)
     first.signal(signal.SIGKILL)
     first.wait(30)
-    time.sleep(0)  # the grandchild ignores SIGTERM and sits in the backend's process group
-    assert alive(grandchild)
+    assert alive(grandchild)  # it ignores SIGTERM and sits in the backend's process group
     second = router_factory(config, port=port)
     assert not alive(grandchild), second.output()
     assert "reaping" in second.output()
@@ -409,13 +381,6 @@ async def test_a_crash_loop_backs_off_visibly(router_factory):
         entry = (await running(session, router.url))["a"]
     assert entry["consecutive_failures"] == 2 and entry["backoff_seconds"] > 0
     assert "exited with code 1" in entry["last_error"]
-
-
-async def wait_for_state(session, url: str, model: str, state: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (await running(session, url)).get(model, {}).get("state", "stopped") != state:
-        assert time.monotonic() < deadline, f"{model} never reached {state}"
-        await asyncio.sleep(0.01)
 
 
 STUBBORN_SCRIPT = """
