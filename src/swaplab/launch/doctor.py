@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,17 +81,9 @@ echo $(( $(df -Pk "$path" | awk 'NR == 2 { print $4 }') * 1024 ))
 """
 
 
-def doctor(recipe: Recipe, cluster: Cluster) -> int:
-    """Check every node of the cluster for the recipe; 0 when all checks pass, 1 otherwise."""
-    findings = asyncio.run(_doctor(recipe, cluster))
-    for finding in findings:
-        mark = "ok  " if finding.ok else "FAIL"
-        print(f"{mark}  {finding.host:<16} {finding.check:<8} {finding.detail}")
-        if not finding.ok and finding.fix:
-            print(f"      {'':<16} {'':<8} fix: {finding.fix}")
-    failures = sum(not finding.ok for finding in findings)
-    print(f"doctor: {len(findings) - failures} passed, {failures} failed", file=sys.stderr)
-    return 1 if failures else 0
+def doctor(recipe: Recipe, cluster: Cluster) -> list[Finding]:
+    """Check every node of the cluster for the recipe: every finding, passed or failed."""
+    return asyncio.run(_doctor(recipe, cluster))
 
 
 async def _doctor(recipe: Recipe, cluster: Cluster) -> list[Finding]:

@@ -9,6 +9,9 @@ Here, under the user's state directory, each run has a folder with `run.json` (w
 started where, and how it ended) and `rank-<N>.log`, a byte-for-byte mirror of each rank's
 output: always a prefix of the node's file, extended whenever swaplab reads more of it, so
 a run's logs stay readable here after its nodes are gone.
+
+A foreground `up` records its pid in the run: `supervisor_alive` tells whether it still
+watches the run (it then records the run's end itself).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import platformdirs
+import psutil
 
 # Relative to the node user's home, where ssh starts every command.
 NODE_ROOT = ".local/state/swaplab/launch"
 RUN_FILE = "run.json"
 DOWN_FILE = "down-requested"
+ENDED = ("failed", "stopped")
 
 
 def local_root() -> Path:
@@ -72,6 +77,21 @@ class RunRecord:
     ranks: list[RankRecord] = field(default_factory=list)
     outcome: str = "starting"
     cause: str = ""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the run has ended (failed or stopped)."""
+        return self.outcome in ENDED
+
+
+def supervisor_alive(record: RunRecord) -> bool:
+    """Whether a foreground `up` still watches this run (it records the outcome itself then)."""
+    if not record.foreground:
+        return False
+    try:
+        return psutil.Process(record.supervisor_pid).create_time() <= record.started_at + 1
+    except psutil.Error:
+        return False
 
 
 class RunFolder:
@@ -166,20 +186,3 @@ def find_run(recipe_slug: str, start_id: str) -> RunFolder | None:
     """The run `start_id` of the recipe, if this machine started it."""
     folder = RunFolder(recipe_folder(recipe_slug) / start_id)
     return folder if folder.load() is not None else None
-
-
-class LineSplitter:
-    """Bytes as they arrive, cut into complete text lines; a partial last line waits for its end."""
-
-    def __init__(self) -> None:
-        self._pending = b""
-
-    def feed(self, data: bytes) -> list[str]:
-        lines = (self._pending + data).split(b"\n")
-        self._pending = lines.pop()
-        return [line.decode(errors="replace").rstrip("\r") for line in lines]
-
-    def flush(self) -> list[str]:
-        """The partial last line, if any (the stream ended without a newline)."""
-        rest, self._pending = self._pending, b""
-        return [rest.decode(errors="replace").rstrip("\r")] if rest else []
