@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from swaplab.results import Run, save_run
+from swaplab.results.runs import Run, save_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED_CONFIG = FIXTURES / "seed-glm-flash.yaml"

@@ -12,7 +12,8 @@ import aiohttp
 
 from observed_proxy import RelayProxy
 from procs import SwaplabProcess, free_port
-from swaplab.results import ActivityRecord, ActivityWriter
+from swaplab.results.activity import ActivityRecord
+from swaplab.results.writer import ActivityWriter
 from swaplab.results.store import SCHEMA_VERSION, connect
 
 

@@ -12,9 +12,9 @@ from catalogdata import (
     SEED_ALIAS, SEED_CONFIG, SEED_ID, SEED_NOTES, SEPTEMBER_4, grill_run, seed_bench_runs, throughput_run,
 )
 
-from swaplab.catalog import build_site
+from swaplab.catalog.build import build_site
 from swaplab.config import load_config
-from swaplab.results import save_run
+from swaplab.results.runs import save_run
 
 # -- reading pages -------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ from catalogdata import (
 )
 from browser import ARTIFACTS, console_errors, launch, require_chromium
 
-from swaplab.catalog import build_site
-from swaplab.results import save_run
+from swaplab.catalog.build import build_site
+from swaplab.results.runs import save_run
 
 require_chromium()
 

@@ -14,7 +14,7 @@ from procs import SIM, free_port
 
 from swaplab.catalog.live import LiveCatalog
 from swaplab.config import load_config, load_config_text
-from swaplab.results import save_run
+from swaplab.results.runs import save_run
 
 CONFIG = f"""
 notes: notes

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from swaplab.notes import LinkTargets, Note, NotesError, find_wikilinks, load_notes, match_reason, mentions, render
-from swaplab.notes.commands import broken_links
+from swaplab.notes.folder import Note, NotesError, load_notes
+from swaplab.notes.matching import LinkTargets, broken_links, match_reason, mentions
+from swaplab.notes.wikilinks import find_wikilinks, render
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED_CONFIG = FIXTURES / "seed-glm-flash.yaml"

@@ -10,9 +10,9 @@ from contextlib import closing
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from swaplab.results import ActivityRecord, ActivityWriter, StoreVersionError, connect, recent_activity
-from swaplab.results.activity import insert_activity
-from swaplab.results.store import MIGRATIONS, SCHEMA_VERSION, schema_version
+from swaplab.results.activity import ActivityRecord, insert_activity, recent_activity
+from swaplab.results.store import MIGRATIONS, SCHEMA_VERSION, StoreVersionError, connect, schema_version
+from swaplab.results.writer import ActivityWriter
 from swaplab.metrics import Metrics
 
 

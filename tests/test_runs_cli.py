@@ -12,7 +12,8 @@ from contextlib import closing
 
 import pytest
 
-from swaplab.results import RequestRow, Run, distribution, save_run, spread
+from swaplab.results.runs import RequestRow, Run, save_run
+from swaplab.results.stats import distribution, spread
 from swaplab.results.store import SCHEMA_VERSION, connect
 
 START = 1_800_000_000.0

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from swaplab.errors import SwaplabError
-from swaplab.results import (
-    ActivityRecord, RequestRow, Run, get_run, list_runs, recent_activity, recorded_models, runs_for_models, save_run,
+from swaplab.results.activity import ActivityRecord, insert_activity, recent_activity
+from swaplab.results.runs import (
+    RequestRow, Run, get_run, list_runs, recorded_models, runs_for_models, save_run, served_run,
 )
-from swaplab.results.activity import insert_activity
-from swaplab.results.runs import served_run
 from swaplab.results.store import MIGRATIONS, SCHEMA_VERSION, connect, schema_version
 
 START = 1_800_000_000.0

@@ -1,7 +1,5 @@
-"""The per-model catalogue: static pages from the config, the results store and the notes, and the same pages live."""
+"""The per-model catalogue: static pages from the config, the results store and the notes, and the same pages live.
 
-from swaplab.catalog.build import build_site
-from swaplab.catalog.render import SiteRenderer
-from swaplab.catalog.site import Site, gather, read_site
-
-__all__ = ["Site", "SiteRenderer", "build_site", "gather", "read_site"]
+Nothing is imported here: `swaplab site` parses its arguments without loading jinja2
+(`swaplab.catalog.build.build_site` is the library call).
+"""

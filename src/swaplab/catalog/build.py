@@ -1,15 +1,14 @@
-"""`swaplab site build`: the whole site written to a folder of static files."""
+"""The whole catalogue written to a folder of static files (what `swaplab site build` calls)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import TextIO
 
 from swaplab.catalog.render import SiteRenderer
-from swaplab.catalog.site import existing_store, read_site
+from swaplab.catalog.site import read_site
 from swaplab.config import load_config
 from swaplab.errors import SwaplabError
+from swaplab.results.store import existing_store
 
 # Folders of generated pages: a page left from an earlier build (a model since removed) is deleted.
 PAGE_FOLDERS = ("models", "notes")
@@ -41,15 +40,3 @@ def build_site(config_path: str, out: str | Path, *, notes: str | None = None, d
     except OSError as error:
         raise SwaplabError(f"cannot write the site to {folder}: {error.strerror or error}") from None
     return written
-
-
-def build_command(config_path: str, out: str, *, notes: str | None = None, db: str | None = None,
-                  stdout: TextIO | None = None) -> int:
-    """The CLI's `site build`: build, then say what was written; returns the exit status."""
-    stdout = stdout or sys.stdout
-    written = build_site(config_path, out, notes=notes, db=db)
-    models = sum(path.parent.name == "models" for path in written)
-    notes_written = sum(path.parent.name == "notes" for path in written)
-    index = Path(out) / "index.html"
-    print(f"Wrote {len(written)} files to {out}: {models} model pages, {notes_written} note pages. Open {index}", file=stdout)
-    return 0

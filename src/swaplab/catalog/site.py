@@ -6,9 +6,7 @@ pure function of what was read, so tests and the live catalogue build the same `
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping, Sequence
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,13 +15,12 @@ from swaplab.catalog.history import GrillRow, grill_rows, latest_score
 from swaplab.catalog.models import CatalogModel, catalog_models, page_names
 from swaplab.catalog.performance import Performance, performance
 from swaplab.config import Config
-from swaplab.errors import SwaplabError
 from swaplab.notes.folder import Note, load_notes
 from swaplab.notes.matching import LinkTargets, NoteMatch, notes_for
 from swaplab.notes.names import name_index
 from swaplab.notes.wikilinks import find_wikilinks
-from swaplab.results import connect, recorded_models, runs_for_models
-from swaplab.results.store import default_path
+from swaplab.results.runs import recorded_models, runs_for_models
+from swaplab.results.store import reading
 
 
 @dataclass(frozen=True)
@@ -118,21 +115,7 @@ def read_site(config: Config, notes_dir: str | None, database: Path | None) -> S
     return gather(config, notes, runs, sources)
 
 
-def existing_store(db: str | None) -> Path | None:
-    """The store to read: `db`, which must exist, else the default one if it exists."""
-    if db:
-        path = Path(db)
-        if not path.is_file():
-            raise SwaplabError(f"no swaplab database at {path}")
-        return path
-    path = default_path()
-    return path if path.is_file() else None
-
-
 def read_runs(path: Path) -> list[dict[str, Any]]:
     """Every run in the store, oldest first, without their requests."""
-    try:
-        with closing(connect(path)) as connection:
-            return runs_for_models(connection, recorded_models(connection))
-    except sqlite3.DatabaseError as error:
-        raise SwaplabError(f"cannot read {path}: {error} (is it a swaplab database?)") from None
+    with reading(path) as connection:
+        return runs_for_models(connection, recorded_models(connection))

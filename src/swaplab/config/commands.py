@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import sys
@@ -14,7 +15,25 @@ from swaplab.errors import ConfigError, UnknownModelError
 REDACTED = "***"
 
 
-def check(path: str) -> int:
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """`swaplab config check|show` and their arguments."""
+    config = commands.add_parser("config", help="check or show a config file")
+    actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = actions.add_parser("check", help="validate a config; one FILE:LINE: line per fault")
+    check.add_argument("file")
+    show = actions.add_parser("show", help="print the resolved config as JSON")
+    show.add_argument("file")
+    show.add_argument("--model", help="only this model (id or alias), with cmd as the final argv")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run `swaplab config check|show`; returns the exit code."""
+    if args.config_command == "check":
+        return _check(args.file)
+    return _show(args.file, model=args.model)
+
+
+def _check(path: str) -> int:
     """Validate the config at `path`: 0 when valid (warnings on stderr), else 2 with one `FILE:LINE: message` per fault on stdout."""
     try:
         config = load_config(path)
@@ -27,7 +46,7 @@ def check(path: str) -> int:
     return 0
 
 
-def show(path: str, model: str | None = None) -> int:
+def _show(path: str, model: str | None = None) -> int:
     """Print the resolved config (or one model's settings, by id or alias) as JSON, secrets redacted."""
     try:
         config = load_config(path)

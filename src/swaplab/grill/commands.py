@@ -1,32 +1,72 @@
-"""The `swaplab grill` commands: what cli.py calls, with their console output."""
+"""`swaplab grill run|selfcheck|compare`: typed settings from the arguments, the library call, what it printed."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from swaplab.results.report import check_report_path, report_header, write_report
-from swaplab.results.store import default_path
+from swaplab.argtypes import float_list, int_list
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from swaplab.grill.runner import GrillOutcome, GrillSettings
-
-
-def run(args: argparse.Namespace) -> int:
-    """Dispatch `swaplab grill run | selfcheck | compare`."""
-    if args.grill_command == "compare":
-        return compare_command(args.db, args.a, args.b)
-    if args.grill_command == "selfcheck":
-        from swaplab.grill.selfcheck import selfcheck_command
-
-        return selfcheck_command(args.suite)
     from swaplab.grill.runner import GrillSettings
 
-    settings = GrillSettings(
+SUITES = ("code", "agent", "needle", "humaneval")
+DB_HELP = "the swaplab database runs are stored in (default: $SWAPLAB_DB or the user's data directory)"
+
+
+def _suites(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in SUITES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"suites are {', '.join(SUITES)}; got {text!r}")
+    return names
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """`swaplab grill run|selfcheck|compare` and their arguments."""
+    grill = commands.add_parser("grill", help="grade a served model: code, agentic tool use, long-context recall")
+    actions = grill.add_subparsers(dest="grill_command", required=True, metavar="ACTION")
+
+    run = actions.add_parser("run", help="run suites against a model and store the scores")
+    run.add_argument("--url", default="http://127.0.0.1:8080", help="a swaplab router or a backend (default: the local router)")
+    run.add_argument("--model", help="model id or alias (default: the only model the server has)")
+    run.add_argument("--suite", type=_suites, default=["code", "agent", "needle"], help="comma-separated (default code,agent,needle)")
+    run.add_argument("--reps", type=int, default=3, help="repetitions; every score is over these (default 3)")
+    run.add_argument("--temperature", type=float, help="sampling temperature (default: the model's metadata, else 0.2)")
+    run.add_argument("--max-tokens", type=int, default=2048, help="answer budget per request (default 2048)")
+    run.add_argument("--tasks", help="only these tasks, comma-separated names")
+    run.add_argument("--needle-lengths", type=int_list, default=[], help="haystack lengths in tokens (default: 1024 up to the context)")
+    run.add_argument("--needle-depths", type=float_list, default=[0.1, 0.5, 0.9], help="fact depths (default 0.1,0.5,0.9)")
+    run.add_argument("--transcripts", metavar="DIR", help="where transcripts go (default: next to the database)")
+    run.add_argument("--api-key", help="bearer token for the server (default: $OPENAI_API_KEY)")
+    run.add_argument("--db", help=DB_HELP)
+    run.add_argument("--json", metavar="FILE", help="also write the run's summary and outcomes as JSON")
+
+    selfcheck = actions.add_parser("selfcheck", help="prove the suite: references pass, known-wrong answers fail")
+    selfcheck.add_argument("--suite", type=_suites, default=list(SUITES), help="comma-separated (default: all)")
+
+    compare = actions.add_parser("compare", help="compare two stored grill runs: a difference with its interval, or indistinguishable")
+    compare.add_argument("a", type=int, help="run id of A (the baseline)")
+    compare.add_argument("b", type=int, help="run id of B")
+    compare.add_argument("--db", help=DB_HELP)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run one `swaplab grill` command; returns the exit code."""
+    if args.grill_command == "compare":
+        return _compare(args.db, args.a, args.b)
+    if args.grill_command == "selfcheck":
+        return _selfcheck(args.suite)
+    return _run(_grill_settings(args), json_path=args.json)
+
+
+def _grill_settings(args: argparse.Namespace) -> GrillSettings:
+    import os
+
+    from swaplab.grill.runner import GrillSettings
+
+    return GrillSettings(
         url=args.url,
         model=args.model,
         suites=args.suite,
@@ -40,17 +80,20 @@ def run(args: argparse.Namespace) -> int:
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
         db=args.db,
     )
-    return run_command(settings, json_path=args.json)
 
 
-def run_command(settings: GrillSettings, *, json_path: str | None = None, console: Console | None = None) -> int:
-    """`swaplab grill run`: grade, store, print; 0, or 1 when every request failed."""
+def _run(settings: GrillSettings, *, json_path: str | None) -> int:
+    """Grade, store, print; 0, or 1 when every request failed."""
+    import asyncio
+
     from rich.console import Console
 
-    from swaplab.grill.report import ProgressBar, show_outcome
+    from swaplab.grill.present import ProgressBar, report_document, show_outcome
     from swaplab.grill.runner import execute
+    from swaplab.results.report import check_report_path, write_report
+    from swaplab.results.store import default_path
 
-    console = console or Console()
+    console = Console()
     check_report_path(json_path)
     with ProgressBar(console) as progress:
         outcome = asyncio.run(execute(settings, progress))
@@ -60,30 +103,36 @@ def run_command(settings: GrillSettings, *, json_path: str | None = None, consol
     return 0 if outcome.run.status == "completed" else 1
 
 
-def report_document(outcome: GrillOutcome) -> dict:
-    """The run as one self-contained JSON document: what ran, the summary, every task attempt."""
-    return {
-        **report_header(outcome.run, outcome.run_id),
-        "summary": outcome.summary,
-        "transcripts": str(outcome.transcripts),
-        "tasks": [
-            {
-                "rep": rep, "suite": task.suite, "round": task.round, "task": task.task, "status": task.status,
-                "detail": task.detail, "steps": task.steps, "output_tokens": task.output_tokens,
-                "wall_seconds": round(task.wall_seconds, 3), "extra": task.extra,
-            }
-            for rep, task in outcome.outcomes
-        ],
-    }
+def _selfcheck(suites: Sequence[str]) -> int:
+    """Run the proofs, print a line per suite and every failure; 0 when all hold, else 1."""
+    from rich.console import Console
+
+    from swaplab.grill.present import selfcheck_table
+    from swaplab.grill.selfcheck import check_suite
+
+    console = Console()
+    checks = []
+    for suite in suites:
+        with console.status(f"selfcheck: {suite}"):
+            checks.append((suite, check_suite(suite)))
+    console.print(selfcheck_table(checks))
+    failures = [check for _, proofs in checks for check in proofs if not check.ok]
+    for check in failures:
+        console.print(f"[red]FAILED[/red] {check.suite} {check.name}: {check.detail}", highlight=False, soft_wrap=True)
+    if failures:
+        console.print(f"{len(failures)} task{'s' if len(failures) != 1 else ''} can't prove themselves: fix the suite before grading models.")
+        return 1
+    console.print("Every task proved itself.")
+    return 0
 
 
-def compare_command(db: str | None, a: int, b: int, *, console: Console | None = None) -> int:
-    """`swaplab grill compare A B`: one verdict per figure."""
+def _compare(db: str | None, a: int, b: int) -> int:
+    """One verdict per figure."""
     from rich.console import Console
 
     from swaplab.grill.compare import compare_runs, sentences
 
-    console = console or Console()
+    console = Console()
     for line in sentences(*compare_runs(db, a, b)):
         console.print(line, highlight=False, soft_wrap=True)
     return 0

@@ -9,11 +9,7 @@ another cell's. All of it through the same sandbox and scorers a model's answers
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-from rich.console import Console
-from rich.table import Table
 
 NEEDLE_DEPTHS = (0.1, 0.5, 0.9)
 NEEDLE_SENTENCES = 200
@@ -77,33 +73,3 @@ def check_needle() -> list[Check]:
         detail = "; ".join(problems) or f"fact {cell.fact} once at depth {at:.2f}; right answer found, others refused"
         checks.append(Check("needle", cell.name, not problems, detail))
     return checks
-
-
-def selfcheck_command(suites: Sequence[str], console: Console | None = None) -> int:
-    """Run the proofs, print a line per suite and every failure; 0 when all hold, else 1."""
-    console = console or Console()
-    table = Table(title="grill selfcheck", title_justify="left")
-    for column in ("suite", "tasks", "proved", "what was checked"):
-        table.add_column(column)
-    failures: list[Check] = []
-    explained = {
-        "code": "reference passes the hidden tests, the known-wrong answer fails them",
-        "humaneval": "canonical solution passes, an empty body fails",
-        "agent": "reference trajectory solves the task, an empty one does not",
-        "needle": "fact once at its depth; the scorer finds it and refuses other cells' facts",
-    }
-    for suite in suites:
-        with console.status(f"selfcheck: {suite}"):
-            checks = check_suite(suite)
-        proved = sum(check.ok for check in checks)
-        failures += [check for check in checks if not check.ok]
-        style = "green" if proved == len(checks) else "red"
-        table.add_row(suite, str(len(checks)), f"[{style}]{proved}/{len(checks)}[/{style}]", explained[suite])
-    console.print(table)
-    for check in failures:
-        console.print(f"[red]FAILED[/red] {check.suite} {check.name}: {check.detail}", highlight=False, soft_wrap=True)
-    if failures:
-        console.print(f"{len(failures)} task{'s' if len(failures) != 1 else ''} can't prove themselves: fix the suite before grading models.")
-        return 1
-    console.print("Every task proved itself.")
-    return 0

@@ -2,53 +2,51 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TextIO
-
-from swaplab.config import load_config
-from swaplab.notes.folder import Note, load_notes
-from swaplab.notes.matching import LinkTargets, notes_for
-from swaplab.notes.names import config_model_names, name_index
-from swaplab.notes.wikilinks import find_wikilinks
+import argparse
 
 
-@dataclass(frozen=True)
-class BrokenLink:
-    path: Path
-    line: int
-    target: str
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}: [[{self.target}]] has no note"
-
-
-def broken_links(notes: Iterable[Note], targets: LinkTargets) -> list[BrokenLink]:
-    """Every wikilink that names neither a note nor a model, in file and line order."""
-    broken = []
-    for note in notes:
-        for link in find_wikilinks(note.body):
-            if not targets.resolves(link.target):
-                broken.append(BrokenLink(note.path, note.body_line + link.line - 1, link.target))
-    return broken
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """`swaplab notes check|show` and their arguments."""
+    notes = commands.add_parser("notes", help="check a notes folder's wikilinks or show a model's notes")
+    actions = notes.add_subparsers(dest="notes_command", required=True, metavar="ACTION")
+    check = actions.add_parser("check", help="list broken [[wikilinks]] as FILE:LINE; exit 1 if any")
+    check.add_argument("folder", metavar="DIR")
+    check.add_argument("--config", help="a config whose model ids and aliases are valid link targets too")
+    show = actions.add_parser("show", help="print the notes that belong to a model")
+    show.add_argument("model", metavar="MODEL", help="model id or alias")
+    show.add_argument("--notes", required=True, metavar="DIR", help="the notes folder")
+    show.add_argument("--config", help="the config, so the model's aliases match too")
 
 
-def check(folder: str, config_path: str | None = None, out: TextIO | None = None) -> int:
-    """`swaplab notes check DIR`: print every broken wikilink; exit 1 when there are any, else 0."""
-    out = out or sys.stdout
+def main(args: argparse.Namespace) -> int:
+    """Run `swaplab notes check|show`; returns the exit code."""
+    if args.notes_command == "check":
+        return _check(args.folder, config_path=args.config)
+    return _show(args.model, args.notes, config_path=args.config)
+
+
+def _check(folder: str, config_path: str | None) -> int:
+    """Print every broken wikilink; exit 1 when there are any, else 0."""
+    from swaplab.config import load_config
+    from swaplab.notes.folder import load_notes
+    from swaplab.notes.matching import LinkTargets, broken_links
+    from swaplab.notes.names import config_model_names, name_index
+
     notes = load_notes(folder)
     models = config_model_names(load_config(config_path)) if config_path else {}
     broken = broken_links(notes, LinkTargets(notes, name_index(models)))
     for link in broken:
-        print(link, file=out)
+        print(link)
     return 1 if broken else 0
 
 
-def show(model: str, folder: str, config_path: str | None = None, out: TextIO | None = None) -> int:
-    """`swaplab notes show MODEL`: print the notes of a model (known by all its names when a config is given)."""
-    out = out or sys.stdout
+def _show(model: str, folder: str, config_path: str | None) -> int:
+    """Print the notes of a model (known by all its names when a config is given)."""
+    from swaplab.config import load_config
+    from swaplab.notes.folder import load_notes
+    from swaplab.notes.matching import notes_for
+    from swaplab.notes.names import config_model_names, name_index
+
     notes = load_notes(folder)
     names: tuple[str, ...] = (model,)
     if config_path:
@@ -58,14 +56,14 @@ def show(model: str, folder: str, config_path: str | None = None, out: TextIO | 
             names = models[model_id]
     matches = notes_for(names, notes)
     if not matches:
-        print(f"No notes in {folder} belong to {' / '.join(names)}.", file=out)
+        print(f"No notes in {folder} belong to {' / '.join(names)}.")
         return 0
     for number, match in enumerate(matches):
         if number:
-            print(file=out)
+            print()
         note = match.note
         heading = f"{note.title} ({note.file_name}): {match.reason}"
-        print(heading, file=out)
-        print("=" * len(heading), file=out)
-        print(note.body.strip("\n"), file=out)
+        print(heading)
+        print("=" * len(heading))
+        print(note.body.strip("\n"))
     return 0

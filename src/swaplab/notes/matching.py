@@ -1,4 +1,4 @@
-"""Which notes belong to which model, and what a wikilink names: pure functions over notes and names.
+"""Which notes belong to which model, what a wikilink names, which name nothing: pure functions over notes and names.
 
 A note belongs to a model (known by its id and aliases) when
 1. its front matter's `models` lists one of the names; or
@@ -15,8 +15,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from swaplab.notes.folder import Note
+from swaplab.notes.wikilinks import find_wikilinks
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,23 @@ class LinkTargets:
 
     def resolves(self, name: str) -> bool:
         return self.note(name) is not None or name in self.model_names
+
+
+@dataclass(frozen=True)
+class BrokenLink:
+    path: Path
+    line: int
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: [[{self.target}]] has no note"
+
+
+def broken_links(notes: Iterable[Note], targets: LinkTargets) -> list[BrokenLink]:
+    """Every wikilink that names neither a note nor a model, in file and line order."""
+    broken = []
+    for note in notes:
+        for link in find_wikilinks(note.body):
+            if not targets.resolves(link.target):
+                broken.append(BrokenLink(note.path, note.body_line + link.line - 1, link.target))
+    return broken

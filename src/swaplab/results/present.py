@@ -1,7 +1,8 @@
-"""`swaplab runs list` and `swaplab runs show`: recorded runs as rich tables, or as JSON.
+"""How the store's contents are shown: runs and their levels as rich tables, the activity table.
 
-Summaries are written by their producers (bench, grill); this module reads them by
-shape, not by kind: a figure over repetitions is `{mean, min, max}`, a latency
+What `swaplab runs` and `swaplab activity` print, and what bench and grill reuse (the
+levels table, the model's name). Summaries are written by their producers (bench,
+grill); this module reads them by shape, not by kind: a figure over repetitions is `{mean, min, max}`, a latency
 `{p50, p90, p99, mean}`, a bench summary has `levels`, and any summary may carry a
 `headline`, the one phrase `runs list` shows for it.
 """
@@ -9,20 +10,12 @@ shape, not by kind: a figure over repetitions is `{mean, min, max}`, a latency
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import closing, contextmanager
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from swaplab.errors import SwaplabError
-from swaplab.results.runs import get_run, list_runs
-from swaplab.results.store import connect, default_path
-
 if TYPE_CHECKING:
-    from rich.console import Console
     from rich.table import Table
 
 # How a level's own keys name it, in the order they are joined ("c=1 in=8192").
@@ -43,73 +36,7 @@ FIGURE_HEADERS = {
 MOST_ERRORS_SHOWN = 5
 
 
-# -- the commands ------------------------------------------------------------------------
-
-
-def list_command(
-    db: str | None = None, *, model: str | None = None, kind: str | None = None, limit: int = 20,
-    console: Console | None = None,
-) -> int:
-    """`swaplab runs list`: the latest runs, the most recent at the bottom; returns the exit code."""
-    from rich.console import Console
-
-    console = console or Console()
-    path = _existing_store(db)
-    if path is None:
-        console.print(f"No runs recorded yet ({default_path()} does not exist: `swaplab bench` and `swaplab grill` create it).")
-        return 0
-    with _reading(path) as connection:
-        runs = list_runs(connection, model=model, kind=kind, limit=limit)
-    if not runs:
-        console.print(f"No {kind + ' ' if kind else ''}runs{f' for {model}' if model else ''} in {path}.")
-        return 0
-    runs.reverse()
-    console.print(runs_table(runs, title=f"Last {len(runs)} runs in {path}"))
-    return 0
-
-
-def show_command(db: str | None, run_id: int, *, as_json: bool = False, console: Console | None = None) -> int:
-    """`swaplab runs show ID`: one run's metadata, parameters, summary per level and errors; returns the exit code."""
-    from rich.console import Console
-
-    path = _existing_store(db)
-    if path is None:
-        raise SwaplabError(f"no run {run_id}: no runs recorded yet ({default_path()} does not exist)")
-    with _reading(path) as connection:
-        run = get_run(connection, run_id)
-    if run is None:
-        raise SwaplabError(f"no run {run_id} in {path} (`swaplab runs list` shows the ids)")
-    if as_json:
-        print(json.dumps(run, indent=2, ensure_ascii=False))
-        return 0
-    console = console or Console()
-    for number, renderable in enumerate(run_details(run)):
-        if number > 1:  # a blank line before each titled section
-            console.print()
-        console.print(renderable)
-    return 0
-
-
-def _existing_store(db: str | None) -> Path | None:
-    """The store to read; None when the default one does not exist yet. Reading never creates a file."""
-    path = Path(db) if db else default_path()
-    if path.exists():
-        return path
-    if db:
-        raise SwaplabError(f"no swaplab database at {path}")
-    return None
-
-
-@contextmanager
-def _reading(path: Path) -> Iterator[sqlite3.Connection]:
-    try:
-        with closing(connect(path)) as connection:
-            yield connection
-    except sqlite3.DatabaseError as error:
-        raise SwaplabError(f"cannot read {path}: {error} (is it a swaplab database?)") from None
-
-
-# -- what they print -----------------------------------------------------------------------
+# -- runs ---------------------------------------------------------------------------------------
 
 
 def runs_table(runs: list[dict[str, Any]], *, title: str | None = None) -> Table:
@@ -240,6 +167,58 @@ def model_name(model: str, requested_model: str | None) -> str:
     if requested_model and requested_model != model:
         return f"{requested_model} ({model})"
     return model
+
+
+# -- activity ---------------------------------------------------------------------------------
+
+
+def activity_table(rows: list[dict[str, Any]], *, title: str | None = None) -> Table:
+    """A rich table of activity rows, in the order given."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("time", no_wrap=True)
+    table.add_column("model", no_wrap=True)
+    table.add_column("path", no_wrap=True)
+    table.add_column("status", justify="right")
+    table.add_column("tokens in/out", justify="right", no_wrap=True)
+    table.add_column("TTFT ms", justify="right")
+    table.add_column("tok/s", justify="right")
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("error", overflow="fold")
+    today = time.strftime("%Y-%m-%d")
+    for row in rows:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["time"]))
+        model = row["model"] if row["peer"] is None else f"{row['peer']}/{row['model']}"
+        if row["requested_model"] and row["requested_model"] not in (row["model"], model):
+            model += f" ({row['requested_model']})"
+        status = str(row["status"])
+        if row["client_disconnected"]:
+            status += " gone"  # the client left before the end
+        error = row["error"] or ""
+        table.add_row(
+            stamp.removeprefix(today + " "),
+            model,
+            row["path"],
+            status,
+            f"{_or_dash(row['prompt_tokens'])}/{_or_dash(row['completion_tokens'])}",
+            _or_dash(row["ttft_ms"]),
+            _or_dash(row["tokens_per_second"], "{:.1f}"),
+            _duration(row["duration_ms"]),
+            error,
+            style="red" if row["status"] >= 400 or error else None,
+        )
+    return table
+
+
+def _or_dash(value: float | None, form: str = "{:.0f}") -> str:
+    return "-" if value is None else form.format(value)
+
+
+def _duration(milliseconds: float) -> str:
+    if milliseconds < 10_000:
+        return f"{milliseconds:.0f} ms"
+    return f"{milliseconds / 1000:.1f} s"
 
 
 # -- cells ------------------------------------------------------------------------------------

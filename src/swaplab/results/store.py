@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import platformdirs
@@ -123,6 +123,30 @@ def default_path() -> Path:
     if override:
         return Path(override)
     return Path(platformdirs.user_data_dir("swaplab")) / "swaplab.db"
+
+
+def existing_store(db: str | os.PathLike[str] | None) -> Path | None:
+    """The store a reader opens: `db`, which must exist, else the default one if it exists (None when not).
+
+    Reading never creates a file: a command that only reads says there is nothing yet.
+    """
+    if db:
+        path = Path(db)
+        if not path.is_file():
+            raise SwaplabError(f"no swaplab database at {path}")
+        return path
+    path = default_path()
+    return path if path.is_file() else None
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[sqlite3.Connection]:
+    """The store at `path`, open for reading; a file that is not one raises SwaplabError saying so."""
+    try:
+        with closing(connect(path)) as connection:
+            yield connection
+    except sqlite3.DatabaseError as error:
+        raise SwaplabError(f"cannot read {path}: {error} (is it a swaplab database?)") from None
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, migrations: Sequence[Migration] = MIGRATIONS) -> sqlite3.Connection:

@@ -20,7 +20,8 @@ from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub, State
 from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity
 from swaplab.metrics import Metrics
-from swaplab.results import ActivityWriter, recent_activity
+from swaplab.results.activity import recent_activity
+from swaplab.results.writer import ActivityWriter
 from swaplab.router import filters
 from swaplab.router.auth import CREDENTIAL_HEADERS, api_key_middleware
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS, KeepAlive, KeepAliveClock, error_event, stream_dialect

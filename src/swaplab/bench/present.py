@@ -1,4 +1,4 @@
-"""What a bench run shows: a live progress bar with tok/s, the results table, the JSON report's body."""
+"""What bench shows: a live progress bar with tok/s, the results table, the JSON report, the selftest's table."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Table
 from rich.text import Text
 
 from swaplab.bench.run import BenchOutcome, Observer
+from swaplab.bench.selftest import SelftestReport
 from swaplab.client import RequestResult
 from swaplab.results.present import levels_table, model_name
 from swaplab.results.report import report_header
@@ -153,6 +155,42 @@ def report_document(outcome: BenchOutcome) -> dict[str, Any]:
         **outcome.summary,
         "requests": [asdict(row) for row in outcome.rows],
     }
+
+
+def selftest_table(report: SelftestReport, summary: Mapping[str, Any]) -> Table:
+    """The sim's configured figures, the raw reader's and the client's, side by side."""
+    settings = report.settings
+    table = Table(
+        title=f"selftest: {settings.streams} concurrent streams, sim at {settings.ttft_ms:g} ms TTFT and "
+        f"{settings.tokens_per_second:g} tok/s per stream, {settings.output_tokens} tokens each, "
+        f"{settings.rounds} pairs of rounds",
+        title_justify="left",
+    )
+    table.add_column("")
+    table.add_column("sim (configured)", justify="right")
+    table.add_column("raw aiohttp reader", justify="right")
+    table.add_column("swaplab client", justify="right")
+    table.add_column("client / raw", justify="right")
+    raw_ttft, client_ttft = summary["raw_ttft_ms"], summary["client_ttft_ms"]
+    raw_tpot, client_tpot = summary["raw_tpot_ms"], summary["client_tpot_ms"]
+    table.add_row(
+        "TTFT p50 ms", f"{settings.ttft_ms:.2f}", f"{raw_ttft['p50']:.2f}", f"{client_ttft['p50']:.2f}",
+        f"{client_ttft['p50'] / raw_ttft['p50']:.4f}",
+    )
+    table.add_row(
+        "TTFT p99 ms", f"{settings.ttft_ms:.2f}", f"{raw_ttft['p99']:.2f}", f"{client_ttft['p99']:.2f}",
+        f"{client_ttft['p99'] / raw_ttft['p99']:.4f}",
+    )
+    table.add_row(
+        "TPOT p50 ms", f"{summary['ideal_tpot_ms']:.3f}", f"{raw_tpot['p50']:.3f}", f"{client_tpot['p50']:.3f}",
+        f"{client_tpot['p50'] / raw_tpot['p50']:.4f}",
+    )
+    table.add_row(
+        "tok/s, all streams", f"{summary['ideal_aggregate_tokens_per_second']:.0f}",
+        f"{summary['raw_aggregate_tokens_per_second']:.0f}", f"{summary['client_aggregate_tokens_per_second']:.0f}",
+        f"{summary['client_aggregate_tokens_per_second'] / summary['raw_aggregate_tokens_per_second']:.4f}",
+    )
+    return table
 
 
 def _spread(figure: Mapping[str, Any], unit: str = "", digits: int = 0) -> str:

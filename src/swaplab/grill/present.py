@@ -1,8 +1,9 @@
-"""What `swaplab grill run` shows: a progress bar while it runs, the summary tables after."""
+"""What grill shows: a progress bar while a run runs, the summary tables after, the JSON report,
+the selfcheck's table."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -11,10 +12,19 @@ from rich.table import Table
 
 from swaplab.grill.outcome import PASS, TaskOutcome
 from swaplab.grill.runner import GrillOutcome, Observer
+from swaplab.grill.selfcheck import Check
 from swaplab.grill.summary import out_of
 from swaplab.results.present import model_name
+from swaplab.results.report import report_header
 
 RESULT_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
+# What the selfcheck proves of each suite's tasks.
+PROVED = {
+    "code": "reference passes the hidden tests, the known-wrong answer fails them",
+    "humaneval": "canonical solution passes, an empty body fails",
+    "agent": "reference trajectory solves the task, an empty one does not",
+    "needle": "fact once at its depth; the scorer finds it and refuses other cells' facts",
+}
 
 
 class ProgressBar(Observer):
@@ -151,4 +161,33 @@ def needle_table(summary: Mapping[str, Any]) -> Table | None:
             style = RESULT_STYLE.get(cell["result"], "")
             shown.append(f"[{style}]{cell['result']} {cell['passed']}/{cell['n']}[/{style}]")
         table.add_row(f"{length:,}", *shown)
+    return table
+
+
+def report_document(outcome: GrillOutcome) -> dict[str, Any]:
+    """The run as one self-contained JSON document: what ran, the summary, every task attempt."""
+    return {
+        **report_header(outcome.run, outcome.run_id),
+        "summary": outcome.summary,
+        "transcripts": str(outcome.transcripts),
+        "tasks": [
+            {
+                "rep": rep, "suite": task.suite, "round": task.round, "task": task.task, "status": task.status,
+                "detail": task.detail, "steps": task.steps, "output_tokens": task.output_tokens,
+                "wall_seconds": round(task.wall_seconds, 3), "extra": task.extra,
+            }
+            for rep, task in outcome.outcomes
+        ],
+    }
+
+
+def selfcheck_table(checks: Sequence[tuple[str, list[Check]]]) -> Table:
+    """A line per suite (with its proofs, in the order run): its tasks, how many proved themselves, what was checked."""
+    table = Table(title="grill selfcheck", title_justify="left")
+    for column in ("suite", "tasks", "proved", "what was checked"):
+        table.add_column(column)
+    for suite, proofs in checks:
+        proved = sum(check.ok for check in proofs)
+        style = "green" if proved == len(proofs) else "red"
+        table.add_row(suite, str(len(proofs)), f"[{style}]{proved}/{len(proofs)}[/{style}]", PROVED[suite])
     return table

@@ -1,0 +1,41 @@
+"""`swaplab serve`: run the router on the address asked for."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (or `:PORT`, on 127.0.0.1) as an argparse type."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """`swaplab serve` and its arguments."""
+    serve = commands.add_parser("serve", help="run the router")
+    serve.add_argument("--config", help="llama-swap style YAML config (default: the built-in demo models)")
+    serve.add_argument(
+        "--listen", type=_host_port, default=("127.0.0.1", 8080), metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:8080)",
+    )
+    serve.add_argument("--state-dir", help="where pid files and logs live (default: the user's state directory)")
+    serve.add_argument("--db", help="the results store the activity table goes to (default: $SWAPLAB_DB or the user's data directory)")
+    serve.add_argument(
+        "--watch-config", action="store_true",
+        help="reload the config when its file changes (SIGHUP reloads it too)",
+    )
+    serve.add_argument("--notes", help="notes folder for the catalogue at /catalog/ (default: the config's notes:)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve until stopped; returns the exit code."""
+    from swaplab.router.serve import serve
+
+    host, port = args.listen
+    return serve(
+        config_path=args.config, host=host, port=port, state_dir=args.state_dir,
+        watch_config=args.watch_config, db=args.db, notes=args.notes,
+    )

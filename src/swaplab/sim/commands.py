@@ -1,0 +1,49 @@
+"""`swaplab sim`: serve a scriptable OpenAI-compatible model with the timing and faults asked for."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """`swaplab sim` and its arguments."""
+    sim = commands.add_parser("sim", help="a scriptable OpenAI-compatible server for tests and benchmarks")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, required=True)
+    sim.add_argument("--model", required=True, help="model name it reports")
+    sim.add_argument("--ttft-ms", type=float, default=0.0, help="delay before the first token")
+    sim.add_argument(
+        "--tokens-per-second", type=float, default=0.0, help="pace of each stream (0 = as fast as possible)"
+    )
+    sim.add_argument("--load-seconds", type=float, default=0.0, help="time before it can serve")
+    sim.add_argument(
+        "--health-before-ready", action="store_true",
+        help="/health answers 200 during the load while generation fails with 503 (like SGLang)",
+    )
+    sim.add_argument(
+        "--crash-after-tokens", type=int, default=0,
+        help="exit abruptly after emitting this many tokens in total (0 = never)",
+    )
+    sim.add_argument("--default-max-tokens", type=int, default=16, help="output length when a request sets none")
+    sim.add_argument("--script", metavar="FILE", help="scripted chat answers (YAML or JSON; see docs/sim.md)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve until stopped; returns the exit code."""
+    from swaplab.sim.script import load_script
+    from swaplab.sim.server import SimSettings, run
+
+    return run(
+        SimSettings(
+            host=args.host,
+            port=args.port,
+            model=args.model,
+            ttft_ms=args.ttft_ms,
+            tokens_per_second=args.tokens_per_second,
+            load_seconds=args.load_seconds,
+            health_before_ready=args.health_before_ready,
+            crash_after_tokens=args.crash_after_tokens,
+            default_max_tokens=args.default_max_tokens,
+            script=load_script(args.script) if args.script else None,
+        )
+    )
