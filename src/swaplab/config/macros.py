@@ -14,13 +14,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swaplab.config.yamltree import Entry, Item, from_plain, resolve_plain, scalar_text, to_plain
+from swaplab.config.tree import Entry, Item, from_plain, scalar_text, to_plain
+from swaplab.config.yamltree import resolve_plain
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 MAX_NAME_LENGTH = 63
 MACRO_REFERENCE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
 ENV_REFERENCE = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 ANY_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+ENV_NAME = re.compile(r"^env\.[a-zA-Z_][a-zA-Z0-9_]*$")
+"""An `${env.NAME}` reference's name (one left unsubstituted is reported as unset already)."""
 RESERVED = ("PORT", "PID", "MODEL_ID")
 """Filled in by swaplab itself; a config may not define them."""
 
@@ -240,6 +243,25 @@ def explain_unresolved(
                 )
             return macro.line, f"{macro.where}: unknown macro '{name}'"
     return item.line, f"{path}: unknown macro '{name}'"
+
+
+
+def expand_global(
+    item: Item, path: str, global_macros: list[Macro], chain: Mapping[str, Macro], report: Report
+) -> Item:
+    """`item` (outside any model) with the global macros substituted; anything left as `${...}` is a fault."""
+    expanded = expand(item, chain, path, report)
+    for holder, name in references(expanded):
+        if ENV_NAME.match(name):
+            continue
+        if name in RESERVED:
+            line = locate(holder, f"${{{name}}}") or holder.line
+            report(line, f"{path}: ${{{name}}} is only available in a model")
+            continue
+        explained = explain_unresolved(holder, name, global_macros, chain, path)
+        if explained is not None:
+            report(*explained)
+    return expanded
 
 
 def _all_text(value: Any) -> str:

@@ -1,0 +1,123 @@
+"""Config values that remember where they were written, for the reader (`config.reader`).
+
+`yamltree` builds a whole tree from YAML text; `launch/tomlfile` wraps each TOML value
+as it is read, at the line of its key. Either way a fault lands at the key's line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+
+@dataclass
+class Item:
+    """One value and its line. Scalars keep their written text; YAML collections hold Items."""
+
+    value: Any
+    """str/int/float/bool/None, list[Item], or dict[str, Entry] (a wrapped TOML value: plain data)."""
+    line: int
+    """1-based line where the value starts."""
+    source: str | None = None
+    """A scalar's text as written (for a literal block, its content)."""
+    plain: bool = False
+    """An unquoted scalar: substituting text into it re-resolves its type, as llama-swap does."""
+    block_line: int | None = None
+    """For a literal `|` block: the line of its first content line, so a fault can point inside it."""
+    end_line: int = 0
+    """1-based last line the value's text may occupy (trailing comments included)."""
+    origin: str | None = None
+    """The text first written here, before any substitution (to locate a fault in it)."""
+
+    def __post_init__(self) -> None:
+        if self.origin is None:
+            self.origin = self.source
+
+    @property
+    def is_mapping(self) -> bool:
+        return isinstance(self.value, dict)
+
+    @property
+    def is_sequence(self) -> bool:
+        return isinstance(self.value, list)
+
+    @property
+    def is_scalar(self) -> bool:
+        return not (self.is_mapping or self.is_sequence)
+
+    @property
+    def text(self) -> str:
+        """A scalar as a string, as yaml.v3 gives it to a string field: the text as written."""
+        return self.source if self.source is not None else scalar_text(self.value)
+
+    def with_value(self, value: Any) -> Item:
+        """A copy holding a substituted value, still located where the original was written."""
+        source = None if isinstance(value, (dict, list)) else scalar_text(value)
+        return Item(
+            value=value, line=self.line, source=source, plain=self.plain,
+            block_line=self.block_line, end_line=self.end_line, origin=self.origin,
+        )
+
+
+@dataclass
+class Entry:
+    """A mapping entry: the key's text and line, and its value."""
+
+    key: str
+    key_line: int
+    item: Item
+
+
+def to_plain(item: Item | None) -> Any:
+    """The Item's value as plain Python data (dicts, lists, scalars)."""
+    if item is None:
+        return None
+    if item.is_mapping:
+        return {key: to_plain(entry.item) for key, entry in item.value.items()}
+    if item.is_sequence:
+        return [to_plain(child) for child in item.value]
+    return item.value
+
+
+def from_plain(value: Any, like: Item) -> Item:
+    """Items for plain data substituted in place of `like` (a macro's value), located at `like`."""
+    if isinstance(value, dict):
+        entries = {str(k): Entry(str(k), like.line, from_plain(v, like)) for k, v in value.items()}
+        return like.with_value(entries)
+    if isinstance(value, list):
+        return like.with_value([from_plain(v, like) for v in value])
+    return like.with_value(value)
+
+
+def scalar_text(value: Any) -> str:
+    """A scalar formatted as Go's `%v` does (how llama-swap writes a macro's value into a string)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _go_float(value)
+    return str(value)
+
+
+def _go_float(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "0"
+    # Shortest round-trip digits, fixed notation unless the exponent is < -4 or >= 21.
+    sign, digit_tuple, exponent = Decimal(repr(value)).normalize().as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    point = len(digits) + exponent
+    prefix = "-" if sign else ""
+    if point - 1 < -4 or point - 1 >= 21:
+        body = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{prefix}{body}e{'-' if point - 1 < 0 else '+'}{abs(point - 1):02d}"
+    if point <= 0:
+        return f"{prefix}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return f"{prefix}{digits}{'0' * (point - len(digits))}"
+    return f"{prefix}{digits[:point]}.{digits[point:]}"
