@@ -23,17 +23,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from swaplab.errors import SwaplabError
-from swaplab.launch.tomlfile import (
-    Checker,
+from swaplab.config.reader import (
     KeyPath,
     as_port,
     as_string,
     as_strings,
     describe,
     dotted,
-    read_toml,
 )
+from swaplab.errors import SwaplabError
+from swaplab.launch.tomlfile import Checker, read_toml
 
 CLUSTER_KEYS = ("user", "hf_cache_dir", "local_cache_dir", "ssh_options", "hosts")
 HOST_KEYS = ("name", "fabric_ip", "ssh_port")

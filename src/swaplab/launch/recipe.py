@@ -16,12 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from swaplab.launch.cluster import ENV_NAME, read_env_table
-from swaplab.launch.engine import Engine, argument_faults
-from swaplab.launch.engines import engine_names, get_engine
-from swaplab.launch.spec import HUB_REPO, Mount, Readiness, Recipe
-from swaplab.launch.tomlfile import (
-    Checker,
+from swaplab.config.reader import (
     KeyPath,
     as_boolean,
     as_number,
@@ -30,8 +25,12 @@ from swaplab.launch.tomlfile import (
     as_string,
     as_strings,
     describe,
-    read_toml,
 )
+from swaplab.launch.cluster import ENV_NAME, read_env_table
+from swaplab.launch.engine import Engine, argument_faults
+from swaplab.launch.engines import engine_names, get_engine
+from swaplab.launch.spec import HUB_REPO, Mount, Readiness, Recipe
+from swaplab.launch.tomlfile import Checker, read_toml
 
 DEFAULT_PORT = 30000
 RECIPE_KEYS = (

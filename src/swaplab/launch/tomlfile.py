@@ -1,8 +1,9 @@
-"""A TOML file read with the line of every key, and a checker that collects typed faults.
+"""The TOML front-end of the shared config reader (`swaplab.config.reader`).
 
 `tomllib` parses but forgets positions, so a small scanner walks the (already valid) text
 once more and records the line where each key, array element and table header starts.
-Faults then point at `FILE:LINE` of the offending key, every one of them in one pass.
+`Checker` then reads the document with the shared reader, each value addressed by its key
+path: every fault at `FILE:LINE` of the offending key, all of them in one pass.
 """
 
 from __future__ import annotations
@@ -11,14 +12,20 @@ import bisect
 import re
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from swaplab.config.reader import (
+    Findings,
+    KeyPath,
+    Section,
+    describe,
+    dotted,
+    read_text,
+)
+from swaplab.config.tree import Entry, Item
 from swaplab.errors import ConfigError, Fault
-
-KeyPath = tuple[str | int, ...]
-"""A value's place in the document: table names and keys, with ints for array positions."""
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _DECODE_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
@@ -43,15 +50,7 @@ class TomlDocument:
 
 def read_toml(path: Path) -> TomlDocument:
     """Read and parse `path`; a missing file or a syntax error is a ConfigError at its line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([Fault(str(path), 1, "no such file")]) from None
-    except UnicodeDecodeError as error:
-        raise ConfigError([Fault(str(path), 1, f"not UTF-8 text ({error.reason})")]) from None
-    except OSError as error:
-        raise ConfigError([Fault(str(path), 1, f"cannot read: {error.strerror or error}")]) from None
-    return parse_toml(text, path)
+    return parse_toml(read_text(path), path)
 
 
 def parse_toml(text: str, path: Path) -> TomlDocument:
@@ -236,39 +235,26 @@ class _KeyScanner:
         self.position += len(token)
 
 
-_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array", dict: "a table"}
+def must_be(where: str, expected: str, item: Item, error: Exception) -> str:
+    """The TOML files' wording of a wrong value: `port must be a port number, not an integer 70000: why`."""
+    detail = f": {error}" if str(error) else ""
+    return f"{where} must be {expected}, not {describe(item.value)} {item.value!r}{detail}"
 
 
-def describe(value: Any) -> str:
-    """The TOML type of `value` in words, for a fault message."""
-    for kind, name in _TYPE_NAMES.items():
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
-
-
-def dotted(key_path: KeyPath) -> str:
-    """`("extra_mounts", 1, "host")` as `extra_mounts[1].host`."""
-    text = ""
-    for part in key_path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text
-
-
-@dataclass
 class Checker:
-    """Collects faults of one document, each at the line of the key that holds it."""
+    """The shared reader over one TOML document, each value addressed by its key path."""
 
-    document: TomlDocument
-    faults: list[Fault] = field(default_factory=list)
+    def __init__(self, document: TomlDocument):
+        self.document = document
+        # Every fault as often as it is found: two equal flags on one line are two faults.
+        self.findings = Findings(str(document.path), repeats=True)
 
     def fault(self, key_path: KeyPath, message: str) -> None:
-        self.faults.append(Fault(str(self.document.path), self.document.line_of(key_path), message))
+        self.findings.fault(self.document.line_of(key_path), message)
 
     def raise_faults(self) -> None:
         """Raise every fault found so far as one ConfigError."""
-        if self.faults:
-            raise ConfigError(self.faults)
+        self.findings.raise_faults()
 
     def table(self, value: Any, key_path: KeyPath, known: tuple[str, ...]) -> dict[str, Any]:
         """`value` as a table whose keys must all be `known`; anything else is a fault."""
@@ -299,57 +285,13 @@ class Checker:
                 where = f"[{dotted(key_path)}]" if key_path else "the top level"
                 self.fault(key_path, f"missing required key {key!r} ({expected}) in {where}")
             return default
-        value = table[key]
-        try:
-            return convert(value)
-        except (TypeError, ValueError) as error:
-            detail = f": {error}" if str(error) else ""
-            self.fault(key_path + (key,), f"{dotted(key_path + (key,))} must be {expected}, not {describe(value)} {value!r}{detail}")
-            return default
+        return self.section(table, key_path).read(key, lambda item: convert(item.value), expected, default)
 
-
-def as_string(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError()
-    return value
-
-
-def as_integer(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError()
-    return value
-
-
-def as_positive_integer(value: Any) -> int:
-    number = as_integer(value)
-    if number < 1:
-        raise ValueError("it must be at least 1")
-    return number
-
-
-def as_port(value: Any) -> int:
-    number = as_integer(value)
-    if not 1 <= number <= 65535:
-        raise ValueError("a port is 1 to 65535")
-    return number
-
-
-def as_number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError()
-    return float(value)
-
-
-def as_boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError()
-    return value
-
-
-def as_strings(value: Any) -> tuple[str, ...]:
-    """An array of strings; a single string stands for an array of one."""
-    if isinstance(value, str):
-        return (value,)
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise TypeError()
-    return tuple(value)
+    def section(self, table: dict[str, Any], key_path: KeyPath) -> Section:
+        """`table` (the one at `key_path`) for the shared reader, each value at its key's line."""
+        line_of = self.document.line_of
+        entries = {
+            key: Entry(key, line_of(key_path + (key,)), Item(value, line_of(key_path + (key,))))
+            for key, value in table.items()
+        }
+        return Section(self.findings, Item(entries, line_of(key_path)), key_path, must_be)
