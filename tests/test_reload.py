@@ -112,7 +112,7 @@ def test_entry_hash_ignores_comments_but_not_settings():
     from dataclasses import replace
 
     from swaplab.config import load_config_text
-    from swaplab.router.app import entry_hash
+    from swaplab.config.identity import entry_hash
 
     text = BASE.format(port=7000, sim="sim", moving_flags="")
     model = load_config_text(text).models["b-moving"]

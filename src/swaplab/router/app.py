@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from swaplab.config.model import Config, Filters, ModelConfig, Timeouts
+from swaplab.config.identity import entry_hash, same_entry
+from swaplab.config.model import Config, Filters, Timeouts
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub, State
 from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity
@@ -617,22 +617,6 @@ async def _failed(
     if retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(retry_after)))
     return response
-
-
-def _resolved(model: ModelConfig) -> ModelConfig:
-    """A model's entry as it runs: its comments and its position in the file don't count."""
-    return replace(model, raw_text="", line=0)
-
-
-def same_entry(old: ModelConfig, new: ModelConfig) -> bool:
-    """Does a reload leave this model's running server as it is?"""
-    return _resolved(old) == _resolved(new)
-
-
-def entry_hash(model: ModelConfig) -> str:
-    """A short, stable fingerprint of the resolved entry, for results measured through the router."""
-    document = json.dumps(asdict(_resolved(model)), sort_keys=True, default=str)
-    return hashlib.sha256(document.encode()).hexdigest()[:16]
 
 
 def _log_event(line) -> bytes:
