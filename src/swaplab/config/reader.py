@@ -23,9 +23,6 @@ KeyPath = tuple[str | int, ...]
 Wording = Callable[[str, str, Item, Exception], str]
 """A format's fault for a wrong value: (its place, what was expected, the value, why)."""
 
-Convert = Callable[[Item], Any]
-"""Turns a value into a setting; raises TypeError for a wrong type, ValueError for a wrong value."""
-
 T = TypeVar("T")
 
 PLAIN_NAMES: Mapping[type, str] = {
@@ -68,7 +65,7 @@ def dotted(key_path: KeyPath) -> str:
 
 
 class Findings:
-    """Every fault and warning of one file, each `FILE:LINE: message`, in the order found."""
+    """Every fault (in the order found) and warning (in line order) of one file, each `FILE:LINE: message`."""
 
     def __init__(self, file: str, *, repeats: bool = False):
         self.file = file
@@ -132,7 +129,8 @@ class Section:
         self.findings.fault(line, self.wording(where, expected, item, error))
 
     def read(self, key: str, convert: Callable[[Item], T], expected: str, default: T) -> T:
-        """`convert` of the value at `key`; `default` when it is absent, null or wrong (a fault)."""
+        """`convert` of the value at `key`, which raises TypeError for a wrong type and ValueError
+        for a wrong value; `default` when the value is absent, null or wrong (a fault)."""
         entry = self.entry(key)
         if entry is None:
             return default
