@@ -1,9 +1,12 @@
-"""The catalogue served live by the router at `/catalog/`: the same pages as `swaplab site build`.
+"""The catalogue served live at `/catalog/` of a running router: the same pages as `swaplab site build`.
 
 Pages are rebuilt on request when their sources changed, and only then: the config in
 force (compared by identity, so a reload counts), the notes folder's file times and the
 store's file times (its WAL included). A page is rendered the first time it is asked for
 after a change; charts are kept by their numbers, so a new run redraws only its own.
+
+It knows nothing of the router: `swaplab serve` adds these routes to the router's app,
+with a way to read the config in force and the store's path.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -20,9 +23,6 @@ from swaplab.catalog.render import ChartCache, SiteRenderer, content_type
 from swaplab.catalog.site import read_site
 from swaplab.config import Config
 from swaplab.errors import SwaplabError
-
-if TYPE_CHECKING:
-    from swaplab.router.app import Router
 
 # Charts kept across rebuilds; past this many the cache starts afresh.
 MAX_CACHED_CHARTS = 512
@@ -114,9 +114,9 @@ async def _page(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={**NO_CACHE, "Content-Type": content_type(path or "index.html")})
 
 
-def add_catalog_routes(app: web.Application, router: "Router") -> None:
-    """Serve the catalogue of `router`'s config in force, its store and its notes (`notes:`) at `/catalog/`."""
-    app[CATALOG_KEY] = LiveCatalog(lambda: router.config, router.activity.path)
+def add_catalog_routes(app: web.Application, current_config: Callable[[], Config], database: Path) -> None:
+    """Serve at `/catalog/` the catalogue of the config in force (`current_config()`), its notes and `database`."""
+    app[CATALOG_KEY] = LiveCatalog(current_config, database)
     app.router.add_get("/catalog", _redirect)
     app.router.add_get("/catalog/", _page)
     app.router.add_get("/catalog/{path:.+}", _page)

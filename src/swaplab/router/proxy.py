@@ -13,16 +13,14 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from swaplab.config.model import Timeouts
 from swaplab.router.keepalive import KeepAlive, dialect_of, error_event
-
-if TYPE_CHECKING:
-    from swaplab.router.observe import RequestObservation
+from swaplab.router.observe import RequestObservation
 
 log = logging.getLogger("swaplab.router")
 
@@ -63,6 +61,30 @@ def new_upstream_session(idle_seconds: float | None) -> aiohttp.ClientSession:
         auto_decompress=False,  # relay bytes as the upstream sent them
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
     )
+
+
+class UpstreamPools:
+    """One connection pool per upstream address and idle limit (`idleConn`), for requests and peer probes alike.
+
+    Keyed by what defines the connections, so a reload that changes a model's proxy
+    gets a new pool while requests in flight finish on the old one.
+    """
+
+    def __init__(self) -> None:
+        self._sessions: dict[tuple[str, float | None], aiohttp.ClientSession] = {}
+
+    def session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
+        key = (base_url, timeouts.idle_conn)
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = new_upstream_session(idle_seconds=timeouts.idle_conn)
+        return session
+
+    async def close(self) -> None:
+        """Drop every pool (the router is stopping)."""
+        sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            await session.close()
 
 
 def forward_headers(incoming: Mapping[str, str], extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:

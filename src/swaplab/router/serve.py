@@ -1,4 +1,8 @@
-"""`swaplab serve`: load the config, reap leftovers, serve until SIGTERM/SIGINT, stop every backend."""
+"""`swaplab serve`: load the config, reap leftovers, serve until SIGTERM/SIGINT, stop every backend.
+
+The composition root: the router's app and the live catalogue meet here, so neither
+imports the other.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import platformdirs
 from aiohttp import web
 
 from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
+from swaplab.catalog.live import add_catalog_routes
 from swaplab.config import load_config, load_config_text
 from swaplab.config.model import Config
 from swaplab.errors import ConfigError, SwaplabError
@@ -62,6 +67,13 @@ def default_state_dir(port: int) -> Path:
     return Path(platformdirs.user_state_dir("swaplab")) / f"router-{port}"
 
 
+def compose(router: Router) -> web.Application:
+    """The router's app, with the catalogue of its config in force, store and notes at `/catalog/`."""
+    app = router.app()
+    add_catalog_routes(app, lambda: router.config, router.activity.path)
+    return app
+
+
 def serve(
     config_path: str | None,
     host: str,
@@ -87,7 +99,7 @@ def serve(
 
 async def _serve(router: Router, host: str, port: int, config_path: str | None, watch: bool, notes: str | None) -> int:
     config = router.config
-    runner = web.AppRunner(router.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+    runner = web.AppRunner(compose(router), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     try:
