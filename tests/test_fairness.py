@@ -40,32 +40,34 @@ groups:
     await fleet.open()
     stop = asyncio.Event()
     served = {"side1": 0, "side2": 0}
+    served_changed = asyncio.Condition()
 
     async def steady(model: str) -> None:
         while not stop.is_set():
             try:
                 async with fleet.lease(model):
                     served[model] += 1
-                    await asyncio.sleep(0.2)  # a request taking a while on the backend
+                    async with served_changed:
+                        served_changed.notify_all()
+                    # The scenario, not an ordering: a request holds its lease a while on the backend.
+                    await asyncio.sleep(0.2)
             except BackendUnavailable:
                 pass
 
+    async def served_until(condition) -> None:
+        async with served_changed:
+            await served_changed.wait_for(condition)
+
     try:
         clients = [asyncio.ensure_future(steady(m)) for m in ("side1", "side2", "side1", "side2")]
-        while not (served["side1"] and served["side2"]):
-            await asyncio.sleep(0.05)
+        await asyncio.wait_for(served_until(lambda: served["side1"] and served["side2"]), 60)
         # solo's request arrives while both side models are busy, and traffic to them goes on.
         lease = await asyncio.wait_for(fleet.acquire("solo"), 60)
         assert fleet.state_of("solo") == "ready"
         fleet.release(lease, succeeded=True)
         before = dict(served)
-
-        async def side_served_again() -> None:
-            while not all(served[m] > before[m] for m in served):
-                await asyncio.sleep(0.05)
-
         # ...and the side models are served again afterwards: nobody starves the other way.
-        await asyncio.wait_for(side_served_again(), 60)
+        await asyncio.wait_for(served_until(lambda: all(served[m] > before[m] for m in served)), 60)
     finally:
         stop.set()
         await asyncio.gather(*clients, return_exceptions=True)

@@ -65,8 +65,21 @@ async def step_until(predicate, limit: int = 100_000) -> None:
     for _ in range(limit):
         if predicate():
             return
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one round of the loop, then look again: the step is the unit here, not time
     raise AssertionError("the loop never reached the state waited for")
+
+
+async def output_line(logs: LogHub, source: str, text: str, timeout: float = 60.0) -> None:
+    """Until a line of `source`'s output holding `text` has reached the log hub."""
+    queue = logs.subscribe()
+    try:
+        if any(text in line.text for line in logs.recent(source)):
+            return
+        async with asyncio.timeout(timeout):
+            while not ((line := await queue.get()).source == source and text in line.text):
+                pass
+    finally:
+        logs.unsubscribe(queue)
 
 
 # How far into a start the stop comes, in rounds of the event loop after the request
@@ -80,17 +93,18 @@ async def test_unload_at_any_point_of_a_start_leaves_no_process(fleet_of, steps)
     marker = f"life-{uuid.uuid4().hex[:8]}"
     fleet = await fleet_of(config_text(marker, free_port_block(), load_seconds=30))
     request = asyncio.ensure_future(fleet.acquire("a"))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one round: the request has asked for the start
     assert fleet.state_of("a") is State.STARTING
     for _ in range(steps):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the point of the start the stop lands on, counted in rounds of the loop
     await fleet.unload("a")
     # The request that started it hears why it failed, once nothing is left of it.
     with pytest.raises(BackendStartError, match="unloaded"):
         await request
     assert fleet.state_of("a") is State.STOPPED
     assert processes_of(marker) == []
-    # And nothing turns up later: no start carried on behind the stop's back.
+    # And nothing turns up later: no start carried on behind the stop's back. Not an
+    # ordering: nothing is due to happen, this is the time a stray start gets to show.
     await asyncio.sleep(0.5)
     assert processes_of(marker) == [] and fleet.state_of("a") is State.STOPPED
 
@@ -100,7 +114,7 @@ async def test_unload_while_spawning_leaves_no_process(fleet_of):
     marker = f"spawn-{uuid.uuid4().hex[:8]}"
     fleet = await fleet_of(config_text(marker, free_port_block(), load_seconds=30))
     request = asyncio.ensure_future(fleet.acquire("a"))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one round: the request has asked for the start
     backend = fleet.backend("a")
     assert backend is not None and backend.run is not None
     await step_until(lambda: processes_of(marker))
@@ -115,10 +129,11 @@ async def test_unload_during_health_checks_leaves_no_process(fleet_of):
     marker = f"health-{uuid.uuid4().hex[:8]}"
     fleet = await fleet_of(config_text(marker, free_port_block(), load_seconds=30))
     request = asyncio.ensure_future(fleet.acquire("a"))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one round: the request has asked for the start
     backend = fleet.backend("a")
     await step_until(lambda: backend.pid is not None)
-    await asyncio.sleep(0.3)  # the health check is polling a server that answers 503 while it loads
+    # The server listens and answers 503 while it loads: the health check is polling it.
+    await output_line(fleet.logs, "a", "listening on")
     assert backend.state is State.STARTING and processes_of(marker) == [backend.pid]
     await fleet.unload("a")
     with pytest.raises(BackendStartError, match="unloaded"):
@@ -132,14 +147,14 @@ async def test_reload_at_any_point_of_a_start_ends_with_the_new_entry_alone(flee
     port = free_port_block()
     fleet = await fleet_of(config_text(marker, port, load_seconds=30, entry="old"))
     request = asyncio.ensure_future(fleet.acquire("a"))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one round: the request has asked for the start
     if steps == "health":
         backend = fleet.backend("a")
         await step_until(lambda: backend.pid is not None)
-        await asyncio.sleep(0.3)
+        await output_line(fleet.logs, "a", "listening on")  # the health check is polling it while it loads
     else:
         for _ in range(steps):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the point of the start the reload lands on, counted in rounds of the loop
     new = load_config_text(config_text(marker, port, load_seconds=0, entry="new"), "test.yaml")
     await fleet.reconfigure(new, ["a"])
     # The queued request is served by the new entry's server, and only that one runs.
@@ -157,6 +172,7 @@ async def test_a_stop_never_lets_a_second_server_start_on_the_same_port(fleet_of
     marker = f"twice-{uuid.uuid4().hex[:8]}"
     fleet = await fleet_of(config_text(marker, free_port_block(), load_seconds=0))
     first = asyncio.ensure_future(fleet.acquire("a"))
+    # Two rounds of the loop: the start is spawning its process when the unload comes.
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     unloading = asyncio.ensure_future(fleet.unload("a"))

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import aiohttp
 import pytest
 
-from procs import PYTHON, SIM
+from procs import PYTHON, SIM, eventually
 from swaplab.router.peers import verdict
 
 RETIRING_SCRIPT = """
@@ -98,13 +95,13 @@ async def test_probe_marks_a_retired_model_unavailable_and_notices_recovery(two_
         return next(entry for entry in listing["data"] if entry["id"] == model)
 
     async def until(session, model, wanted, timeout=20):
-        deadline = time.monotonic() + timeout
-        while True:
-            entry = await status_of(session, model)
-            if entry["status"] == wanted:
-                return entry
-            assert time.monotonic() < deadline, f"{model} never became {wanted}: {entry}"
-            await asyncio.sleep(0.05)
+        seen = [None]
+
+        async def became():
+            seen[0] = await status_of(session, model)
+            return seen[0] if seen[0]["status"] == wanted else None
+
+        return await eventually(became, timeout, lambda: f"{model} to become {wanted}, last {seen[0]}", interval=0.05)
 
     async with aiohttp.ClientSession() as session:
         await until(session, "b/cloud", "available")

@@ -9,7 +9,7 @@ import json
 import aiohttp
 import pytest
 
-from procs import PYTHON, SIM, wait_until
+from procs import PYTHON, SIM, eventually, wait_until
 
 ECHO_SCRIPT = """
 import json, sys
@@ -109,13 +109,12 @@ models:
     async with aiohttp.ClientSession() as session:
         first = [asyncio.ensure_future(post(session, f"{router.url}/v1/chat/completions", body)) for _ in range(2)]
 
-        async def held() -> int:
+        async def both_held() -> bool:
             async with session.get(f"{router.url}/running") as response:
                 entries = (await response.json())["running"]
-            return sum(entry["in_flight"] + entry["queued"] for entry in entries)
+            return sum(entry["in_flight"] + entry["queued"] for entry in entries) >= 2
 
-        while await held() < 2:
-            await asyncio.sleep(0.01)
+        await eventually(both_held, 30, "both requests to be held against the limit")
         status, error, headers = await post(session, f"{router.url}/v1/chat/completions", body)
         assert status == 429 and headers["Retry-After"] == "1"
         assert "concurrencyLimit" in error["error"]["message"]
@@ -237,9 +236,11 @@ groups:
         async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
             assert (await response.read()).rstrip().endswith(b"data: [DONE]")
         assert (await states())["short"] == "ready"
-        async with asyncio.timeout(30):
-            while "short" in await states():
-                await asyncio.sleep(0.05)
+
+        async def short_unloaded() -> bool:
+            return "short" not in await states()
+
+        await eventually(short_unloaded, 30, "the ttl to unload short")
         assert await states() == {"never": "ready"}  # ttl: 0 overrides globalTTL
 
 
