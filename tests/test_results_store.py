@@ -9,6 +9,7 @@ from contextlib import closing
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from procs import wait_until
 
 from swaplab.results.activity import ActivityRecord, insert_activity, recent_activity
 from swaplab.results.store import MIGRATIONS, SCHEMA_VERSION, StoreVersionError, connect, schema_version
@@ -133,6 +134,7 @@ def test_close_flushes_what_the_interval_has_not(tmp_path):
     writer.start()
     for number in range(10):
         writer.submit(record(number))
+    # Not an ordering: nothing is due to happen, this is the time a premature write gets to show.
     time.sleep(0.2)
     assert rows_in(path) == []  # neither the batch size nor the interval was reached
     writer.close()
@@ -150,9 +152,7 @@ def test_a_stalled_database_drops_the_oldest_and_never_blocks(tmp_path):
     with writer:
         writer.submit(record(1))
         writer.submit(record(2))  # a full batch: the writer takes both and waits on the lock
-        deadline = time.monotonic() + 5
-        while writer.pending and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: writer.pending == 0, 5, "the writer to take the full batch")
         assert writer.pending == 0
         started = time.perf_counter()
         for number in range(3, 11):
