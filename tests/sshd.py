@@ -157,7 +157,7 @@ def start_sshd(directory: Path) -> SshServer:
         while process.poll() is None and time.monotonic() < deadline:
             if all(_answers(address, port) for address in NODE_ADDRESSES):
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)  # the poll's pace while sshd starts, not an ordering: the deadline bounds it
         if process.poll() is not None:
             text = log_path.read_text(errors="replace")
             if "Address already in use" in text:

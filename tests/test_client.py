@@ -140,7 +140,7 @@ async def test_ttft_is_the_first_token_bearing_chunk_and_tool_calls_are_assemble
         await response.prepare(request)
         delta = lambda **fields: event({"choices": [{"index": 0, "delta": fields, "finish_reason": None}]})
         await response.write(delta(role="assistant", content=None))  # a role-only prelude, long before any token
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the scenario, not an ordering: the first token comes well after the prelude
         await response.write(delta(reasoning_content="Let me look."))
         await response.write(delta(content="Checking."))
         await response.write(delta(tool_calls=[{"index": 0, "id": "call_1", "type": "function",

@@ -112,7 +112,7 @@ def test_the_process_limit_refuses_forks_beyond_it(tmp_path):
         "        print('refused after', started)\n"
         "        raise\n"
         "    if pid == 0:\n"
-        "        time.sleep(30)\n"
+        "        time.sleep(30)  # each child holds its process slot while the parent forks more\n"
         "        os._exit(0)\n"
         "    started += 1\n"
         "print('started', started)\n"
@@ -133,6 +133,7 @@ def test_an_infinite_loop_is_stopped_by_the_cpu_limit(tmp_path):
 
 
 def test_a_sleeper_is_stopped_by_the_wall_clock(tmp_path):
+    # The sleeper is the scenario: only the wall-clock limit can end it.
     result = run_python("import time\ntime.sleep(60)\n", workdir=tmp_path / "sleep", limits=Limits(wall_seconds=1))
     assert result.timed_out and result.stopped == "timeout" and result.returncode is None
     still_works(tmp_path)

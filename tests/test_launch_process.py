@@ -105,7 +105,7 @@ import os, sys, time
 print("rank", os.environ["SWAPLAB_RANK"], "of", os.environ["SWAPLAB_NNODES"], "loading", flush=True)
 if os.environ["SWAPLAB_RANK"] == "1":
     print("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue", flush=True)
-time.sleep(3600)
+time.sleep(3600)  # up and never ready: only the fatal marker can end this gang
 """
 
 

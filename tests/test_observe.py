@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 
@@ -10,7 +9,7 @@ import aiohttp
 import pytest
 
 from observed_proxy import RelayProxy
-from procs import SwaplabProcess, free_port, http_status, wait_until
+from procs import SwaplabProcess, eventually, free_port, http_status, wait_until
 from swaplab.router.observe import HEAD_BYTES, TAIL_BYTES, RequestObservation, token_counts
 
 CHAT = [{"role": "user", "content": "Write a long story about a dragon."}]
@@ -41,15 +40,6 @@ async def capture(url: str, body: dict) -> Capture:
         async with session.post(url, json=body) as response:
             chunks = [chunk async for chunk in response.content.iter_any()]
             return Capture(response.status, response.content_type, chunks)
-
-
-async def eventually(predicate, what: str, timeout: float = 5.0) -> None:
-    """Wait for `predicate` without blocking the event loop the in-process proxy runs on."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, f"timed out after {timeout} s waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 def counts(record) -> tuple:
@@ -271,7 +261,7 @@ async def test_relay_times_a_paced_stream(tmp_path):
                     "stream_options": {"include_usage": True}}
             async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
                 await response.read()
-            await eventually(lambda: proxy.records, "the record")
+            await eventually(lambda: proxy.records, 5, "the record")
     finally:
         sim.close()
     [record] = proxy.records
@@ -297,11 +287,11 @@ async def test_relay_records_a_client_that_leaves_and_a_backend_that_dies(tmp_pa
             async with aiohttp.ClientSession() as session:
                 async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
                     await response.content.readline()  # the first event, then leave
-            await eventually(lambda: proxy.records, "the disconnect's record")
+            await eventually(lambda: proxy.records, 5, "the disconnect's record")
             async with aiohttp.ClientSession() as session:
                 async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
                     tail = await response.read()  # the sim dies at its 30th token
-            await eventually(lambda: len(proxy.records) == 2, "the crash's record")
+            await eventually(lambda: len(proxy.records) == 2, 5, "the crash's record")
     finally:
         sim.close()
     gone, crashed = proxy.records

@@ -79,7 +79,7 @@ async def wait_for_stats(session, sim: RunningSim, predicate, timeout: float = 3
         if predicate(stats):
             return stats, time.monotonic()
         assert time.monotonic() < deadline, f"sim stats never matched: {stats}"
-        await asyncio.sleep(0.002)
+        await asyncio.sleep(0.002)  # the poll's pace, not an ordering: the deadline bounds it
 
 
 async def test_prints_where_it_listens(start_sim):
@@ -238,7 +238,7 @@ async def test_loading_refuses_generation_until_ready(start_sim, session, health
             assert response.status == 503
             assert health_before_ready or not healthy, "/health said ready while generation was refused"
         assert time.monotonic() < deadline, "the sim never finished loading"
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the pace of the samples across the end of loading, not an ordering
     assert time.monotonic() - launched >= load_seconds
     async with session.get(f"{sim.url}/health") as response:
         assert response.status == 200
