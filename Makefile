@@ -14,8 +14,10 @@ PYTEST_ARGS ?=
 serve: $(MODELS)
 	$(VENV)/bin/swaplab serve --listen $(LISTEN) $(ARGS)
 
+# The import contracts (docs/architecture.md) are checked first: a layering break fails fast.
 # pytest exits 5 when it collected no test: that must fail, never pass silently.
 test: system-deps $(MODELS)
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	@$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status

@@ -10,7 +10,7 @@ report each change of state through one callback, which only asks for a decision
 after, so no decision ever runs inside another.
 
 Admission, the queue, the swap decisions, TTLs and reloads stay in this one module (a
-little over 500 lines) because they are one state machine over the same few fields:
+little over 500 lines) because they are one concept, one state machine over the same few fields:
 split, each part would read and change another's state. What a request is handed and
 refused with is in `lease`, how the state reads on `/running` in `status`, and one
 backend's own lifecycle in `backend`.
