@@ -5,9 +5,11 @@ subcommands, with all their arguments, to the top-level subparsers) and `main(ar
 the arguments into typed settings, calls the library, prints, returns the exit code).
 
 Building the parser imports every commands module, for `swaplab --help` as for
-`swaplab sim`, so importing one is cheap: a commands module imports only argparse and
-`swaplab.argtypes` at its top, and its library (aiohttp, jinja2, the grill, ...) inside
-`main`. What remains is each package's `__init__`, kept free of heavy imports.
+`swaplab sim`, so importing one must be cheap. The rule: a commands module imports its
+library lazily, inside `main` (aiohttp, jinja2, the grill, the store are loaded only by
+the command that uses them), and a package's `__init__` re-exports nothing heavy
+(router, sim, catalog, notes and results re-export nothing). What the parser still
+pays for is `swaplab.config`'s `__init__`, which loads the YAML loader.
 """
 
 from __future__ import annotations
