@@ -112,23 +112,14 @@ def _bench_settings(args: argparse.Namespace) -> BenchSettings:
 
 def _run(settings: BenchSettings, *, json_path: str | None) -> int:
     """Run, store, print; 0, or 1 when every request failed."""
-    import asyncio
-
-    from rich.console import Console
-
     from swaplab.bench.present import ProgressBar, report_document, show_outcome
     from swaplab.bench.run import execute
-    from swaplab.results.report import check_report_path, write_report
-    from swaplab.results.store import default_path
+    from swaplab.results.report import run_and_show
 
-    console = Console()
-    check_report_path(json_path)
-    with ProgressBar(console) as progress:
-        outcome = asyncio.run(execute(settings, progress))
-    if json_path:
-        write_report(json_path, report_document(outcome))
-    show_outcome(outcome, console, db_path=str(settings.db or default_path()), json_path=json_path)
-    return 0 if outcome.run.status == "completed" else 1
+    return run_and_show(
+        lambda progress: execute(settings, progress), ProgressBar, report_document, show_outcome,
+        db=settings.db, json_path=json_path,
+    )
 
 
 def _compare(db: str | None, a: int, b: int, *, min_effect: float) -> int:

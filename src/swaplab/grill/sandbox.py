@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -308,24 +308,34 @@ def _read_capped(path: Path, limit: int) -> str:
 # -- the run's directory ----------------------------------------------------------------
 
 
+def _real_entries(root: Path) -> Iterator[tuple[str, Path, bool]]:
+    """Every directory and regular file under root, top-down: (relative path, path, is a directory).
+
+    Links are neither listed nor followed, nor is anything that is not a regular file
+    (fifos, devices): only what is really under root travels in or out of a run. A
+    directory comes before what it holds, so a caller can create it first.
+    """
+    for directory, subdirectories, files in os.walk(root):
+        relative = os.path.relpath(directory, root)
+        subdirectories[:] = [name for name in subdirectories if not os.path.islink(os.path.join(directory, name))]
+        for name in subdirectories:
+            yield os.path.normpath(os.path.join(relative, name)), Path(directory, name), True
+        for name in files:
+            source = Path(directory, name)
+            if source.is_symlink() or not source.is_file():
+                continue
+            yield os.path.normpath(os.path.join(relative, name)), source, False
+
+
 def _copy_in(workdir: Path, rundir: Path) -> set[str]:
     """Copy workdir's regular files and directories into rundir; their relative paths."""
     copied: set[str] = set()
-    for directory, subdirectories, files in os.walk(workdir):
-        relative = os.path.relpath(directory, workdir)
-        # Links are neither copied nor followed: the run sees only what is really in workdir.
-        subdirectories[:] = [name for name in subdirectories if not os.path.islink(os.path.join(directory, name))]
-        for name in subdirectories:
-            path = os.path.normpath(os.path.join(relative, name))
+    for path, source, is_directory in _real_entries(workdir):
+        if is_directory:
             os.mkdir(rundir / path)
-            copied.add(path)
-        for name in files:
-            source = os.path.join(directory, name)
-            if os.path.islink(source) or not os.path.isfile(source):
-                continue
-            path = os.path.normpath(os.path.join(relative, name))
+        else:
             shutil.copy2(source, rundir / path, follow_symlinks=False)
-            copied.add(path)
+        copied.add(path)
     return copied
 
 
@@ -344,28 +354,19 @@ def _sync_back(rundir: Path, workdir: Path, copied: set[str], skip: str | None) 
     (we run as root here, the run did not). Everything in the run is dead by now.
     """
     present: set[str] = set()
-    for directory, subdirectories, files in os.walk(rundir):
-        relative = os.path.relpath(directory, rundir)
-        subdirectories[:] = [name for name in subdirectories if not os.path.islink(os.path.join(directory, name))]
-        for name in subdirectories:
-            path = os.path.normpath(os.path.join(relative, name))
-            target = workdir / path
-            if target.is_symlink():
-                continue
-            target.mkdir(exist_ok=True)
-            present.add(path)
-        for name in files:
-            path = os.path.normpath(os.path.join(relative, name))
-            if path == skip:
-                continue
-            source = Path(directory, name)
-            target = workdir / path
-            if source.is_symlink() or not source.is_file() or target.is_symlink() or not target.parent.is_dir():
-                continue
-            present.add(path)
-            if target.is_file() and _same_content(source, target):
-                continue
-            _copy_file_no_follow(source, target)
+    for path, source, is_directory in _real_entries(rundir):
+        target = workdir / path
+        if is_directory:
+            if not target.is_symlink():
+                target.mkdir(exist_ok=True)
+                present.add(path)
+            continue
+        if path == skip or target.is_symlink() or not target.parent.is_dir():
+            continue
+        present.add(path)
+        if target.is_file() and _same_content(source, target):
+            continue
+        _copy_file_no_follow(source, target)
     for path in sorted(copied - present, reverse=True):  # children before their directories
         target = workdir / path
         if target.is_symlink():

@@ -38,47 +38,50 @@ def main(args: argparse.Namespace) -> int:
 
 def _activity(db: str | None, *, model: str | None, limit: int) -> int:
     """The latest requests, the oldest of them first."""
-    from rich.console import Console
-
     from swaplab.results.activity import recent_activity
     from swaplab.results.present import activity_table
-    from swaplab.results.store import default_path, existing_store, reading
 
-    console = Console()
-    path = existing_store(db)
-    if path is None:
-        console.print(f"No activity recorded yet ({default_path()} does not exist: `swaplab serve` creates it).")
-        return 0
-    with reading(path) as connection:
-        rows = recent_activity(connection, model=model, limit=limit)
-    if not rows:
-        console.print(f"No activity{f' for {model}' if model else ''} in {path}.")
-        return 0
-    rows.reverse()
-    console.print(activity_table(rows, title=f"Last {len(rows)} requests in {path}"))
-    return 0
+    return _latest(
+        db, lambda connection: recent_activity(connection, model=model, limit=limit),
+        absent="No activity recorded yet ({path} does not exist: `swaplab serve` creates it).",
+        empty=f"No activity{f' for {model}' if model else ''} in {{path}}.",
+        table=lambda rows, path: activity_table(rows, title=f"Last {len(rows)} requests in {path}"),
+    )
 
 
 def _list_runs(db: str | None, *, model: str | None, kind: str | None, limit: int) -> int:
     """The latest runs, the most recent at the bottom."""
-    from rich.console import Console
-
     from swaplab.results.present import runs_table
     from swaplab.results.runs import list_runs
+
+    return _latest(
+        db, lambda connection: list_runs(connection, model=model, kind=kind, limit=limit),
+        absent="No runs recorded yet ({path} does not exist: `swaplab bench` and `swaplab grill` create it).",
+        empty=f"No {kind + ' ' if kind else ''}runs{f' for {model}' if model else ''} in {{path}}.",
+        table=lambda runs, path: runs_table(runs, title=f"Last {len(runs)} runs in {path}"),
+    )
+
+
+def _latest(db: str | None, query, *, absent: str, empty: str, table) -> int:
+    """Read the newest rows of the store with `query` and print them oldest first, or say why
+    there are none (`absent`, `empty`: texts where `{path}` stands for the store's path; a
+    replace, not `str.format`, since a model name may hold braces)."""
+    from rich.console import Console
+
     from swaplab.results.store import default_path, existing_store, reading
 
     console = Console()
     path = existing_store(db)
     if path is None:
-        console.print(f"No runs recorded yet ({default_path()} does not exist: `swaplab bench` and `swaplab grill` create it).")
+        console.print(absent.replace("{path}", str(default_path())))
         return 0
     with reading(path) as connection:
-        runs = list_runs(connection, model=model, kind=kind, limit=limit)
-    if not runs:
-        console.print(f"No {kind + ' ' if kind else ''}runs{f' for {model}' if model else ''} in {path}.")
+        rows = query(connection)
+    if not rows:
+        console.print(empty.replace("{path}", str(path)))
         return 0
-    runs.reverse()
-    console.print(runs_table(runs, title=f"Last {len(runs)} runs in {path}"))
+    rows.reverse()
+    console.print(table(rows, path))
     return 0
 
 

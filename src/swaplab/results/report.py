@@ -1,15 +1,21 @@
 """The JSON report a bench or grill run writes with `--json FILE`: its path checked before the
-run, one header for every kind, the file written whole."""
+run, one header for every kind, the file written whole; and the run from the command line
+(`run_and_show`: progress, report, outcome), the same for both."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from rich.console import Console
 
 from swaplab.errors import SwaplabError
 from swaplab.results.runs import Run
+from swaplab.results.store import default_path
 
 
 def check_report_path(path: str | None) -> None:
@@ -42,6 +48,38 @@ def report_header(run: Run, run_id: int) -> dict[str, Any]:
         "status": run.status,
         "parameters": dict(run.parameters),
     }
+
+
+class Outcome(Protocol):
+    """What a bench or grill run ends with: at least the run it stores."""
+
+    run: Run
+
+
+Measured = TypeVar("Measured", bound=Outcome)
+Progress = TypeVar("Progress")
+
+
+def run_and_show(
+    measure: Callable[[Progress], Awaitable[Measured]],
+    progress_bar: Callable[[Console], AbstractContextManager[Progress]],
+    document: Callable[[Measured], Mapping[str, Any]],
+    show: Callable[..., None],
+    *,
+    db: str | None,
+    json_path: str | None,
+) -> int:
+    """A bench or grill run from the command line: the `--json` path checked first, the run
+    under its progress bar, the report written, the outcome shown; 0, or 1 when every request
+    failed."""
+    check_report_path(json_path)
+    console = Console()
+    with progress_bar(console) as progress:
+        outcome = asyncio.run(measure(progress))
+    if json_path:
+        write_report(json_path, document(outcome))
+    show(outcome, console, db_path=str(db or default_path()), json_path=json_path)
+    return 0 if outcome.run.status == "completed" else 1
 
 
 def write_report(path: str, document: Mapping[str, Any]) -> None:
