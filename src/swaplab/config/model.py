@@ -17,12 +17,36 @@ class Timeouts:
     connect: float | None = None
     response_header: float | None = None
     idle_conn: float | None = None
+    keepalive: float | None = None
+    """TCP keep-alive probe interval of upstream connections (llama-swap's default 30)."""
+    tls_handshake: float | None = None
+    """TLS handshake limit for https upstreams (llama-swap's default 10)."""
+    expect_continue: float | None = None
+    """How long a request sent with `Expect: 100-continue` waits for the go-ahead (default 1)."""
 
 
 @dataclass(frozen=True)
 class Filters:
     strip_params: tuple[str, ...] = ()
     set_params: dict[str, Any] = field(default_factory=dict)
+    set_params_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """llama-swap's `setParamsByID`: requested name -> params applied after `set_params`
+    (keys are dotted paths into the body). For a model, each key is also one of its aliases."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """llama-swap's per-model `capabilities`, rendered in `/v1/models` as llama-swap renders them."""
+
+    input: tuple[str, ...] = ()
+    """Input modalities: text, audio, image."""
+    output: tuple[str, ...] = ()
+    tools: bool = False
+    reranker: bool = False
+    context: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.input or self.output or self.tools or self.reranker or self.context)
 
 
 @dataclass(frozen=True)
@@ -50,6 +74,9 @@ class ModelConfig:
     metadata: dict[str, Any] = field(default_factory=dict)
     filters: Filters = field(default_factory=Filters)
     timeouts: Timeouts = field(default_factory=Timeouts)
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    ignore_websockets: bool = False
+    """`compat.ignoreWebsockets`: websocket upgrades bypass admission and never start the model."""
     devices: tuple[int, ...] = ()
     vram_gib: dict[int, float] = field(default_factory=dict)
     raw_text: str = ""
@@ -80,6 +107,50 @@ class PeerConfig:
 
 
 @dataclass(frozen=True)
+class MatrixSet:
+    """One named set of llama-swap's matrix, its DSL expanded."""
+
+    name: str
+    expression: str
+    combinations: tuple[frozenset[str], ...]
+    """Every combination of model ids the set lets run together (subset semantics: any
+    subset of one may run), in the order the DSL produces them."""
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """llama-swap's matrix router (`routing.router.settings.matrix`, or top-level `matrix`)."""
+
+    sets: tuple[MatrixSet, ...]
+    """In tie-break order: definition order, a set referenced with `+ref` ahead of its user."""
+    evict_costs: dict[str, int] = field(default_factory=dict)
+    """Model id -> cost of evicting it (1 when absent)."""
+    vars: dict[str, str] = field(default_factory=dict)
+    """Short name -> model id, as written."""
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    id: str
+    description: str = ""
+    pins: dict[str, str] = field(default_factory=dict)
+    """Requested name -> the name it routes to while the profile is active; "" = disabled (404)."""
+
+
+@dataclass(frozen=True)
+class SelectorConfig:
+    id: str
+    strategy: str
+    """`warm`, `pin` or `spillover`."""
+    targets: tuple[str, ...]
+    spillover: int = 1
+    name: str = ""
+    description: str = ""
+    unlisted: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class DeviceConfig:
     id: int
     name: str = ""
@@ -103,6 +174,31 @@ class Config:
     groups: dict[str, GroupConfig] = field(default_factory=dict)
     peers: dict[str, PeerConfig] = field(default_factory=dict)
     devices: dict[int, DeviceConfig] = field(default_factory=dict)
+    router: str = "group"
+    """`routing.router.use`: `group` (llama-swap's groups) or `matrix`."""
+    matrix: MatrixConfig | None = None
+    priority: dict[str, int] = field(default_factory=dict)
+    """`routing.scheduler.settings.fifo.priority`: model id -> priority (0 when absent); a
+    waiting request is queued ahead of every waiting request of strictly lower priority."""
+    profiles: dict[str, ProfileConfig] = field(default_factory=dict)
+    selectors: dict[str, SelectorConfig] = field(default_factory=dict)
+    ignore_paths: tuple[str, ...] = (r".*\.(js|json|css|png|gif|jpg|jpeg|ico|txt)$",)
+    """`upstream.ignorePaths` (regular expressions): `/upstream/<model>/<path>` matching one
+    answers 409 while the model is not ready, instead of starting it."""
+    log_time_format: str = ""
+    log_to_stdout: str = "proxy"
+    """`proxy`, `upstream`, `both` or `none`: which logs reach stdout (and `/logs`)."""
+    log_requests: bool = False
+    metrics_max_in_memory: int = 1000
+    capture_buffer_mb: int = 5
+    """`captureBuffer`: MiB of request/response captures kept; 0 = none."""
+    store_path: str | None = None
+    """`store.path`: the SQLite results store, when the config names one."""
+    session_id_headers: tuple[str, ...] = ("X-Session-ID", "X-Litellm-Session-Id")
+    """`ui.activity.session_id`: request headers that name a client's session."""
+    performance_disabled: bool = False
+    performance_every: float = 5.0
+    """`performance.every`, seconds between samples of CPU, memory and GPU (at least 5)."""
     warnings: tuple[str, ...] = ()
     """`FILE:LINE: message` for each unknown key (never fatal)."""
     notes: str | None = None
