@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from swaplab.config.tree import Entry, Item
+from swaplab.config.tree import Entry, Item, file_of
 from swaplab.errors import ConfigError, Fault
 
 KeyPath = tuple[str | int, ...]
@@ -65,33 +65,38 @@ def dotted(key_path: KeyPath) -> str:
 
 
 class Findings:
-    """Every fault (in the order found) and warning (in line order) of one file, each `FILE:LINE: message`."""
+    """Every fault (in the order found) and warning (in line order) of one config, each `FILE:LINE: message`.
+
+    A config is one file, or several merged (`--config-dir`): a line that is a `tree.Line`
+    is reported in its own file, any other in `file`.
+    """
 
     def __init__(self, file: str, *, repeats: bool = False):
         self.file = file
         self.repeats = repeats
-        """Report a fault each time it is found; otherwise one line and message is one fault."""
-        self._faults: list[tuple[int, str]] = []
-        self._seen: set[tuple[int, str]] = set()
-        self._warnings: set[tuple[int, str]] = set()
+        """Report a fault each time it is found; otherwise one place and message is one fault."""
+        self._faults: list[tuple[str, int, str]] = []
+        self._seen: set[tuple[str, int, str]] = set()
+        self._warnings: set[tuple[str, int, str]] = set()
 
     def fault(self, line: int, message: str) -> None:
-        if not self.repeats and (line, message) in self._seen:
+        found = (file_of(line, self.file), int(line), message)
+        if not self.repeats and found in self._seen:
             return
-        self._seen.add((line, message))
-        self._faults.append((line, message))
+        self._seen.add(found)
+        self._faults.append(found)
 
     def warn(self, line: int, message: str) -> None:
-        self._warnings.add((line, message))
+        self._warnings.add((file_of(line, self.file), int(line), message))
 
     @property
     def faults(self) -> list[Fault]:
-        return [Fault(self.file, line, message) for line, message in self._faults]
+        return [Fault(file, line, message) for file, line, message in self._faults]
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """`FILE:LINE: message` for each warning, in line order."""
-        return tuple(str(Fault(self.file, line, message)) for line, message in sorted(self._warnings))
+        """`FILE:LINE: message` for each warning, in file and line order."""
+        return tuple(str(Fault(file, line, message)) for file, line, message in sorted(self._warnings))
 
     def raise_faults(self) -> None:
         """Raise every fault found so far, warnings alongside, as one ConfigError."""

@@ -2,6 +2,8 @@
 
 `yamltree` builds a whole tree from YAML text; `launch/tomlfile` wraps each TOML value
 as it is read, at the line of its key. Either way a fault lands at the key's line.
+`--config-dir` merges the trees of several files into one (`config.merge`): there each
+line is a `Line`, which also names its file, so a fault still lands in the right file.
 """
 
 from __future__ import annotations
@@ -9,6 +11,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+
+
+class Line(int):
+    """A 1-based line number that also names the file it is in.
+
+    The readers pass lines around as plain ints (`Findings.fault(line, ...)`); a `Line`
+    still is one, so none of them needs to know that a merged tree spans several files.
+    Adding to or subtracting from it (a line inside a `|` block) keeps the file.
+    """
+
+    file: str
+
+    def __new__(cls, number: int, file: str) -> Line:
+        line = super().__new__(cls, number)
+        line.file = file
+        return line
+
+    def __add__(self, other: int) -> Line:  # type: ignore[override]
+        return Line(int(self) + other, self.file)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: int) -> int:  # type: ignore[override]
+        if isinstance(other, Line):
+            return int(self) - int(other)  # a distance, in no file
+        return Line(int(self) - other, self.file)
+
+    def __reduce__(self) -> tuple[type[Line], tuple[int, str]]:
+        return (Line, (int(self), self.file))
+
+
+def file_of(line: int, default: str) -> str:
+    """The file a line is in: its own for a `Line`, else `default` (the one file being read)."""
+    return line.file if isinstance(line, Line) else default
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from swaplab.config.tree import Entry, Item
+from swaplab.config.tree import Entry, Item, Line
 from swaplab.errors import Fault
 
 
@@ -100,7 +100,7 @@ class _Builder:
     def build(self, node: Node) -> Item:
         if id(node) in self._building:
             self.faults.append(Fault(self.file, node.start_mark.line + 1, "invalid YAML: an alias refers to itself"))
-            return Item(None, node.start_mark.line + 1)
+            return Item(None, Line(node.start_mark.line + 1, self.file))
         self._building.add(id(node))
         try:
             return self._build(node)
@@ -108,8 +108,8 @@ class _Builder:
             self._building.discard(id(node))
 
     def _build(self, node: Node) -> Item:
-        line = node.start_mark.line + 1
-        end = self._last_line(node)
+        line = Line(node.start_mark.line + 1, self.file)
+        end = Line(self._last_line(node), self.file)
         if isinstance(node, ScalarNode):
             value = self.loader.construct_object(node)
             block_line = line + 1 if node.style == "|" else None
@@ -128,7 +128,7 @@ class _Builder:
                 continue
             key = key_node.value
             # a key written after a `<<` merge overrides the merged one
-            entries[key] = Entry(key, key_node.start_mark.line + 1, self.build(value_node))
+            entries[key] = Entry(key, Line(key_node.start_mark.line + 1, self.file), self.build(value_node))
         return Item(entries, line, end_line=end)
 
     def _last_line(self, node: Node) -> int:
