@@ -1,6 +1,6 @@
 """llama-swap YAML configs (plus swaplab's keys), read into plain resolved data."""
 
-from swaplab.config.loader import load_config, load_config_text
+from swaplab.config.loader import config_sources, load_config, load_config_sources, load_config_text
 from swaplab.config.model import (
     Config,
     DeviceConfig,
@@ -19,6 +19,8 @@ __all__ = [
     "ModelConfig",
     "PeerConfig",
     "Timeouts",
+    "config_sources",
     "load_config",
+    "load_config_sources",
     "load_config_text",
 ]

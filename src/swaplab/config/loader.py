@@ -1,7 +1,8 @@
 """Read a llama-swap YAML config (plus swaplab's keys) into a resolved `Config`, in one pass.
 
 The pass parses the text (`yamltree`), drops the comment lines inside commands,
-substitutes `${env.NAME}`, then reads each section with the shared reader: the top-level
+substitutes `${env.NAME}` (for `--config-dir`, file by file, then merges the files'
+trees: `merge`), then reads each section with the shared reader: the top-level
 settings (`settings`), `models` (`models`), `groups` and `hooks` (`groups`), `peers`
 (`peers`), and checks across them (`checks`). Every fault is collected, each at the line
 of the key that holds it, and raised together; unknown keys are warnings. Nothing here
@@ -18,6 +19,7 @@ from swaplab.config import macros as macro_rules
 from swaplab.config.checks import check_devices, check_names
 from swaplab.config.cmd import strip_comment_lines
 from swaplab.config.groups import read_groups, read_preload
+from swaplab.config.merge import merge_trees
 from swaplab.config.model import Config
 from swaplab.config.models import ModelDefaults, read_models
 from swaplab.config.peers import read_peers
@@ -26,6 +28,7 @@ from swaplab.config.settings import read_api_keys, read_devices, read_settings
 from swaplab.config.tree import Item
 from swaplab.config.yamlreader import YamlSection
 from swaplab.config.yamltree import parse
+from swaplab.errors import SwaplabError
 
 
 def load_config(path: str) -> Config:
@@ -36,18 +39,84 @@ def load_config(path: str) -> Config:
 def load_config_text(text: str, path: str = "<config>", environ: Mapping[str, str] | None = None) -> Config:
     """Resolve config `text` (named `path` in faults); `environ` defaults to the process environment."""
     findings = Findings(path)
+    root = _read_source(text, path, findings, environ)
+    if root is None:
+        findings.raise_faults()
+    return _resolve(root or Item({}, 1), findings, path, {path: text.split("\n")})
+
+
+def config_sources(config: str | None, config_dir: str | None) -> list[str]:
+    """The files a config is read from, in merge order: `config`, then every `*.yml` and
+    `*.yaml` directly in `config_dir`, in sorted path order (llama-swap's `-config-dir`)."""
+    if not config and not config_dir:
+        raise SwaplabError("at least one of --config or --config-dir must be given")
+    files = [config] if config else []
+    if config_dir:
+        try:
+            names = sorted(
+                entry.path for entry in os.scandir(config_dir)
+                if entry.name.endswith((".yml", ".yaml")) and entry.is_file()
+            )
+        except OSError as error:
+            raise SwaplabError(f"--config-dir {config_dir}: {error.strerror or error}") from None
+        if config and any(os.path.abspath(name) == os.path.abspath(config) for name in names):
+            raise SwaplabError(f"--config {config} is also present in --config-dir {config_dir}; remove it from one")
+        files += names
+    if not files:
+        raise SwaplabError(f"no configuration sources found: --config-dir {config_dir} holds no *.yml or *.yaml file")
+    return files
+
+
+def load_config_sources(
+    config: str | None, config_dir: str | None, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Load `config` and every file of `config_dir` merged into one config (`config.merge`).
+
+    Each fault is reported at its FILE:LINE, a key defined twice at its second definition.
+    """
+    files = config_sources(config, config_dir)
+    if len(files) == 1:
+        return load_config_text(read_text(files[0]), files[0], environ)
+    findings = Findings(files[0])
+    lines: dict[str, list[str]] = {}
+    roots: list[Item] = []
+    unparsed = False
+    for file in files:
+        text = read_text(file)
+        lines[file] = text.split("\n")
+        faults_before = len(findings.faults)
+        root = _read_source(text, file, findings, environ)
+        if root is not None:
+            roots.append(root)
+        # a file that is not YAML stops the load, once every file has been parsed
+        unparsed = unparsed or (root is None and len(findings.faults) > faults_before)
+    if unparsed:
+        findings.raise_faults()
+    merged = merge_trees(roots, findings.fault) if roots else Item({}, 1)
+    return _resolve(merged, findings, files[0], lines)
+
+
+def _read_source(text: str, path: str, findings: Findings, environ: Mapping[str, str] | None) -> Item | None:
+    """One file's text parsed, comment lines dropped from commands, `${env.NAME}` substituted.
+
+    None when the file is empty or not YAML (a fault); a top level that is no mapping is
+    a fault and raises.
+    """
     parsed = parse(text, path)
     for fault in parsed.faults:
         findings.fault(fault.line, fault.message)
     if parsed.root is None:
-        findings.raise_faults()
-    root = parsed.root or Item({}, 1)
+        return None
+    root = parsed.root
     if not root.is_mapping:
         findings.fault(root.line, "a config is a mapping of settings (healthCheckTimeout, models, ...)")
         findings.raise_faults()
-
     _strip_command_comments(root)
-    root = macro_rules.substitute_env(root, os.environ if environ is None else environ, findings.fault)
+    return macro_rules.substitute_env(root, os.environ if environ is None else environ, findings.fault)
+
+
+def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list[str]]) -> Config:
+    """The config tree (one file's, or several merged) read section by section."""
     top = YamlSection(findings, root, ())
     models_entry = root.value.get("models")
     # Every model as written, even one too broken to resolve (so it is not reported twice).
@@ -66,7 +135,7 @@ def load_config_text(text: str, path: str = "<config>", environ: Mapping[str, st
         settings.heartbeat_interval,
         settings.start_port,
     )
-    models = read_models(top.section("models"), global_macros, model_defaults, text.split("\n"))
+    models = read_models(top.section("models"), global_macros, model_defaults, lines)
     groups = read_groups(top.section("groups"), models, model_entries)
     peers = read_peers(top.section("peers"), global_macros, global_chain)
     preload = read_preload(top.section("hooks"), models)

@@ -8,13 +8,14 @@ fault, located in the field, or in the macro that brought it in.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from swaplab.config import macros as macro_rules
 from swaplab.config.cmd import split_command
 from swaplab.config.macros import ENV_NAME, Macro
 from swaplab.config.model import ModelConfig
-from swaplab.config.tree import Entry, Item, to_plain
+from swaplab.config.tree import Entry, Item, file_of, to_plain
 from swaplab.config.upstream import is_http_url, read_filters, read_timeouts
 from swaplab.config.yamlreader import YamlSection, shown
 
@@ -33,7 +34,7 @@ class ModelDefaults:
 
 
 def read_models(
-    section: YamlSection | None, global_macros: list[Macro], defaults: ModelDefaults, lines: list[str]
+    section: YamlSection | None, global_macros: list[Macro], defaults: ModelDefaults, lines: Mapping[str, list[str]]
 ) -> dict[str, ModelConfig]:
     """Every model that resolves, in the file's order; `lines` are the file's, for each entry's text."""
     if section is None:
@@ -59,7 +60,7 @@ def _model(
     global_macros: list[Macro],
     defaults: ModelDefaults,
     port: int,
-    lines: list[str],
+    lines: Mapping[str, list[str]],
 ) -> tuple[ModelConfig, bool]:
     path = f"models.{model_id}"
     report = models.findings.fault
@@ -134,7 +135,7 @@ def _check_references(
 
 
 def _build_model(
-    model_id: str, model: YamlSection, entry: Entry, defaults: ModelDefaults, lines: list[str]
+    model_id: str, model: YamlSection, entry: Entry, defaults: ModelDefaults, lines: Mapping[str, list[str]]
 ) -> ModelConfig:
     cmd = _command(model, "cmd")
     if cmd is None and model.entry("cmd") is None:
@@ -255,9 +256,12 @@ def _vram(model: YamlSection, devices: tuple[int, ...]) -> dict[int, float]:
     return vram
 
 
-def _raw_text(entry: Entry, lines: list[str]) -> str:
-    """The entry as written, from its key line to its last line of its own."""
+def _raw_text(entry: Entry, sources: Mapping[str, list[str]]) -> str:
+    """The entry as written, from its key line to its last line of its own (in the file it is in)."""
     first = entry.key_line
+    lines = sources.get(file_of(first, ""), [])
+    if not 0 < first <= len(lines):
+        return ""
     last = max(entry.item.end_line, first)
     key_indent = len(lines[first - 1]) - len(lines[first - 1].lstrip())
     while last > first:
