@@ -8,9 +8,9 @@ import json
 import sys
 from typing import Any
 
-from swaplab.config.loader import load_config
+from swaplab.config.loader import load_config_sources
 from swaplab.config.model import Config, ModelConfig
-from swaplab.errors import ConfigError, UnknownModelError
+from swaplab.errors import ConfigError, SwaplabError, UnknownModelError
 
 REDACTED = "***"
 
@@ -20,23 +20,34 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     config = commands.add_parser("config", help="check or show a config file")
     actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     check = actions.add_parser("check", help="validate a config; one FILE:LINE: line per fault")
-    check.add_argument("file")
+    _add_sources(check)
     show = actions.add_parser("show", help="print the resolved config as JSON")
-    show.add_argument("file")
+    _add_sources(show)
     show.add_argument("--model", help="only this model (id or alias), with cmd as the final argv")
+
+
+def _add_sources(action: argparse.ArgumentParser) -> None:
+    action.add_argument("file", nargs="?", help="the config file (llama-swap's -config)")
+    action.add_argument(
+        "--config-dir", metavar="DIR",
+        help="also every *.yml/*.yaml directly in DIR, merged after FILE in sorted order (llama-swap's -config-dir)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     """Run `swaplab config check|show`; returns the exit code."""
+    if args.file is None and args.config_dir is None:
+        raise SwaplabError(f"config {args.config_command}: give a config FILE, --config-dir DIR, or both")
     if args.config_command == "check":
-        return _check(args.file)
-    return _show(args.file, model=args.model)
+        return _check(args.file, args.config_dir)
+    return _show(args.file, args.config_dir, model=args.model)
 
 
-def _check(path: str) -> int:
-    """Validate the config at `path`: 0 when valid (warnings on stderr), else 2 with one `FILE:LINE: message` per fault on stdout."""
+def _check(path: str | None, config_dir: str | None) -> int:
+    """Validate the config (`path`, and the files of `config_dir` merged after it): 0 when valid
+    (warnings on stderr), else 2 with one `FILE:LINE: message` per fault on stdout."""
     try:
-        config = load_config(path)
+        config = load_config_sources(path, config_dir)
     except ConfigError as error:
         _print_warnings(error.warnings)
         for fault in error.faults:
@@ -46,10 +57,10 @@ def _check(path: str) -> int:
     return 0
 
 
-def _show(path: str, model: str | None = None) -> int:
+def _show(path: str | None, config_dir: str | None, model: str | None = None) -> int:
     """Print the resolved config (or one model's settings, by id or alias) as JSON, secrets redacted."""
     try:
-        config = load_config(path)
+        config = load_config_sources(path, config_dir)
     except ConfigError as error:
         _print_warnings(error.warnings)
         for fault in error.faults:

@@ -18,6 +18,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="run the router")
     serve.add_argument("--config", help="llama-swap style YAML config (default: the built-in demo models)")
     serve.add_argument(
+        "--config-dir", metavar="DIR",
+        help="also every *.yml/*.yaml directly in DIR, merged after --config in sorted order (llama-swap's -config-dir)",
+    )
+    serve.add_argument(
         "--listen", type=_host_port, default=("127.0.0.1", 8080), metavar="HOST:PORT",
         help="address to listen on (default 127.0.0.1:8080)",
     )
@@ -25,7 +29,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--db", help="the results store the activity table goes to (default: $SWAPLAB_DB or the user's data directory)")
     serve.add_argument(
         "--watch-config", action="store_true",
-        help="reload the config when its file changes (SIGHUP reloads it too)",
+        help="reload the config when one of its files changes (SIGHUP reloads it too)",
     )
     serve.add_argument("--notes", help="notes folder for the catalogue at /catalog/ (default: the config's notes:)")
 
@@ -36,6 +40,6 @@ def main(args: argparse.Namespace) -> int:
 
     host, port = args.listen
     return serve(
-        config_path=args.config, host=host, port=port, state_dir=args.state_dir,
+        config_path=args.config, config_dir=args.config_dir, host=host, port=port, state_dir=args.state_dir,
         watch_config=args.watch_config, db=args.db, notes=args.notes,
     )

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
 from swaplab.catalog.live import add_catalog_routes
-from swaplab.config import load_config, load_config_text
+from swaplab.config import config_sources, load_config_sources, load_config_text
 from swaplab.config.model import Config
 from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
@@ -40,10 +40,11 @@ class _HubHandler(logging.Handler):
         self.hub.write("router", self.format(record))
 
 
-def load(config_path: str | None, port: int, notes: str | None = None) -> Config:
-    """The config to serve; `notes` (`--notes`) replaces its `notes:` folder."""
-    if config_path:
-        config = load_config(config_path)
+def load(config_path: str | None, port: int, notes: str | None = None, config_dir: str | None = None) -> Config:
+    """The config to serve (`--config`, `--config-dir`'s files merged after it); `notes`
+    (`--notes`) replaces its `notes:` folder."""
+    if config_path or config_dir:
+        config = load_config_sources(config_path, config_dir)
     else:
         config = load_config_text(default_config_text(start_port=port + 1), DEFAULT_CONFIG_NAME)
     return dataclasses.replace(config, notes=notes) if notes else config
@@ -82,22 +83,24 @@ def serve(
     watch_config: bool = False,
     db: str | None = None,
     notes: str | None = None,
+    config_dir: str | None = None,
 ) -> int:
     if notes:
         if not Path(notes).is_dir():
             raise SwaplabError(f"--notes {notes}: no such folder")
         notes = os.path.abspath(notes)
-    config = load(config_path, port, notes)
+    config = load(config_path, port, notes, config_dir)
     hub = LogHub()
     configure_logging(config.log_level, hub)
     for warning in config.warnings:
         log.warning("%s", warning)
     directory = Path(state_dir) if state_dir else default_state_dir(port)
     router = Router(config, state_dir=directory, logs=hub, db=db)
-    return asyncio.run(_serve(router, host, port, config_path, watch_config, notes))
+    reloader = ConfigReloader(router, config_path, port, notes, config_dir)
+    return asyncio.run(_serve(router, host, port, reloader, watch_config))
 
 
-async def _serve(router: Router, host: str, port: int, config_path: str | None, watch: bool, notes: str | None) -> int:
+async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader, watch: bool) -> int:
     config = router.config
     runner = web.AppRunner(compose(router), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
@@ -111,9 +114,8 @@ async def _serve(router: Router, host: str, port: int, config_path: str | None, 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    reloader = ConfigReloader(router, config_path, port, notes)
     loop.add_signal_handler(signal.SIGHUP, reloader.request)
-    watcher = loop.create_task(reloader.watch()) if watch and config_path else None
+    watcher = loop.create_task(reloader.watch()) if watch and reloader.has_files else None
     models = ", ".join(config.models) or "(no local models)"
     print(f"swaplab: listening on http://{host}:{port} ({config.path}: {models})", flush=True)
     await stop.wait()
@@ -127,13 +129,18 @@ async def _serve(router: Router, host: str, port: int, config_path: str | None, 
 
 
 class ConfigReloader:
-    """SIGHUP and `--watch-config`: load the file again; a broken one is refused and the old stays."""
+    """SIGHUP and `--watch-config`: load every source again (`--config`, and `--config-dir` listed
+    anew, so a file added or removed counts); a broken config is refused and the old stays."""
 
     WATCH_INTERVAL = 1.0
 
-    def __init__(self, router: Router, config_path: str | None, port: int, notes: str | None = None):
+    def __init__(
+        self, router: Router, config_path: str | None, port: int, notes: str | None = None,
+        config_dir: str | None = None,
+    ):
         self.router = router
         self.config_path = config_path
+        self.config_dir = config_dir
         self.port = port
         self.notes = notes
         self._lock = asyncio.Lock()
@@ -147,7 +154,7 @@ class ConfigReloader:
     async def reload(self) -> bool:
         async with self._lock:  # one reload at a time, in the order asked
             try:
-                new = await asyncio.to_thread(load, self.config_path, self.port, self.notes)
+                new = await asyncio.to_thread(load, self.config_path, self.port, self.notes, self.config_dir)
             except ConfigError as error:
                 log.error("config reload refused; the config in force stays:\n%s", error)
                 return False
@@ -159,19 +166,28 @@ class ConfigReloader:
             await self.router.reload(new)
             return True
 
+    @property
+    def has_files(self) -> bool:
+        """Whether the config comes from files (not the built-in one)."""
+        return bool(self.config_path or self.config_dir)
+
     def _fingerprint(self) -> bytes | None:
+        """One digest of every source file's name and content; None while one cannot be read."""
+        digest = hashlib.sha256()
         try:
-            return hashlib.sha256(Path(self.config_path).read_bytes()).digest()
-        except OSError:
+            for file in config_sources(self.config_path, self.config_dir):
+                digest.update(file.encode() + b"\0" + hashlib.sha256(Path(file).read_bytes()).digest())
+        except (OSError, SwaplabError):
             return None
+        return digest.digest()
 
     async def watch(self) -> None:
-        """Poll the file (it may live on NFS, where change notification is unreliable)."""
+        """Poll the files (they may live on NFS, where change notification is unreliable)."""
         seen = self._fingerprint()
         while True:
             await asyncio.sleep(self.WATCH_INTERVAL)
             current = self._fingerprint()
             if current is not None and current != seen:
                 seen = current
-                log.info("%s changed: reloading", self.config_path)
+                log.info("%s changed: reloading", self.config_path or self.config_dir)
                 await self.reload()
