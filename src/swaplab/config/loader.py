@@ -25,7 +25,7 @@ from swaplab.config.models import ModelDefaults, read_models
 from swaplab.config.peers import read_peers
 from swaplab.config.reader import Findings, read_text
 from swaplab.config.settings import read_api_keys, read_devices, read_settings
-from swaplab.config.tree import Item
+from swaplab.config.tree import Item, Line
 from swaplab.config.yamlreader import YamlSection
 from swaplab.config.yamltree import parse
 from swaplab.errors import SwaplabError
@@ -104,7 +104,7 @@ def _read_source(text: str, path: str, findings: Findings, environ: Mapping[str,
     """
     parsed = parse(text, path)
     for fault in parsed.faults:
-        findings.fault(fault.line, fault.message)
+        findings.fault(Line(fault.line, fault.file), fault.message)
     if parsed.root is None:
         return None
     root = parsed.root
