@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import aiohttp
 import pytest
@@ -259,44 +260,76 @@ async def test_relay_times_a_paced_stream(tmp_path):
         async with RelayProxy(f"http://127.0.0.1:{port}") as proxy, aiohttp.ClientSession() as session:
             body = {"model": "paced-alias", "messages": CHAT, "max_tokens": 20, "stream": True,
                     "stream_options": {"include_usage": True}}
+            # The client's own view, on the relay's clock (perf_counter, this process): the relay
+            # starts observing after `sent` and sees each chunk before it forwards it.
+            sent = time.perf_counter()
             async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
+                assert await response.content.readany()
+                first_byte = time.perf_counter()
                 await response.read()
             await eventually(lambda: proxy.records, 5, "the record")
+            recorded = time.perf_counter()  # the record exists: the relay's end came before this
     finally:
         sim.close()
     [record] = proxy.records
     assert (record.status, record.path, record.requested_model, record.completion_tokens) == (
         200, "/v1/chat/completions", "paced-alias", 20,
     )
-    assert 150 <= record.ttft_ms < 150 + 60
-    assert record.tokens_per_second == pytest.approx(50, rel=0.05)  # 19 intervals of 20 ms
-    assert record.duration_ms == pytest.approx(150 + 19 * 20, abs=60)
+    # The first token's time, not the last one's: at least the sim's TTFT, and no later than
+    # the client's own first byte (the sim sends the last token 19 * 20 ms after the first).
+    assert 150 <= record.ttft_ms <= (first_byte - sent) * 1000
+    # Whole: at least TTFT and 19 token intervals, within the client's view of the request.
+    assert 150 + 19 * 20 <= record.duration_ms <= (recorded - sent) * 1000
+    # The rate is the 19 tokens after the first over the time from the first chunk to the last.
+    # That window ends no later than the request, and it is no shorter than 150 + 19 * 20 ms (the
+    # last chunk left the sim that long after the request reached it, after `sent`) less the
+    # client's first-byte time (the first chunk reached the relay before the client's first byte).
+    # A rate over all 20 tokens, or over the time from the request's start, falls outside.
+    assert record.tokens_per_second is not None and record.tokens_per_second > 0
+    window_ms = (record.completion_tokens - 1) / record.tokens_per_second * 1000
+    assert 150 + 19 * 20 - (first_byte - sent) * 1000 <= window_ms <= record.duration_ms - record.ttft_ms
     assert not record.client_disconnected and record.error is None
 
 
 async def test_relay_records_a_client_that_leaves_and_a_backend_that_dies(tmp_path):
-    port = free_port()
-    sim = SwaplabProcess(
-        ["sim", "--port", str(port), "--model", "s", "--tokens-per-second", "50", "--crash-after-tokens", "30"],
-        tmp_path / "sim.log",
+    # The client that leaves reads from a sim whose tok0 goes out at once and tok1 125 s later
+    # (token i is due at TTFT + i / rate), so a record within the 30 s waited for was made when
+    # the client left: not at a failed write, nor at the stream's end (or the crash that a
+    # stream left running would reach). The backend that dies is a sim of its own.
+    leaving_port = free_port()
+    leaving = SwaplabProcess(
+        ["sim", "--port", str(leaving_port), "--model", "s", "--tokens-per-second", "0.008"], tmp_path / "leaving.log",
     )
     try:
-        sim.wait_http(f"http://127.0.0.1:{port}/health")
-        async with RelayProxy(f"http://127.0.0.1:{port}") as proxy:
+        leaving.wait_http(f"http://127.0.0.1:{leaving_port}/health")
+        port = free_port()
+        sim = SwaplabProcess(
+            ["sim", "--port", str(port), "--model", "s", "--tokens-per-second", "50", "--crash-after-tokens", "30"],
+            tmp_path / "sim.log",
+        )
+        try:
+            sim.wait_http(f"http://127.0.0.1:{port}/health")
             body = {"model": "s", "messages": CHAT, "max_tokens": 200, "stream": True}
-            async with aiohttp.ClientSession() as session:
-                async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
-                    await response.content.readline()  # the first event, then leave
-            await eventually(lambda: proxy.records, 5, "the disconnect's record")
-            async with aiohttp.ClientSession() as session:
-                async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
-                    tail = await response.read()  # the sim dies at its 30th token
-            await eventually(lambda: len(proxy.records) == 2, 5, "the crash's record")
+            async with RelayProxy(f"http://127.0.0.1:{leaving_port}") as proxy:
+                sent = time.perf_counter()
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
+                        await response.content.readline()  # the first event, then leave
+                await eventually(lambda: proxy.records, 30, "the disconnect's record")
+                recorded = time.perf_counter()
+                [gone] = proxy.records
+            async with RelayProxy(f"http://127.0.0.1:{port}") as proxy:
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as response:
+                        tail = await response.read()  # the sim dies at its 30th token
+                await eventually(lambda: proxy.records, 5, "the crash's record")
+                [crashed] = proxy.records
+        finally:
+            sim.close()
     finally:
-        sim.close()
-    gone, crashed = proxy.records
+        leaving.close()
     assert gone.client_disconnected and gone.status == 200 and gone.error is None
-    assert gone.duration_ms < 1000  # the whole answer would take 4 s
+    assert gone.duration_ms <= (recorded - sent) * 1000  # it ended when the client left, within the wait
     assert b"the upstream broke off mid-response" in tail
     assert not crashed.client_disconnected
     assert crashed.error == "the upstream broke off mid-response"

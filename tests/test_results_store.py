@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from procs import wait_until
 
+from swaplab.results import store
 from swaplab.results.activity import ActivityRecord, insert_activity, recent_activity
 from swaplab.results.store import MIGRATIONS, SCHEMA_VERSION, StoreVersionError, connect, schema_version
 from swaplab.results.writer import ActivityWriter
@@ -142,9 +143,13 @@ def test_close_flushes_what_the_interval_has_not(tmp_path):
     assert writer.written == 10 and writer.dropped == 0
 
 
-def test_a_stalled_database_drops_the_oldest_and_never_blocks(tmp_path):
+def test_a_stalled_database_drops_the_oldest_and_never_blocks(tmp_path, monkeypatch):
     path = tmp_path / "a.db"
     connect(path).close()
+    # The writer waits on the lock until this test commits, however slow the machine: its batch
+    # neither fails nor lands before then (with the store's 5 s busy timeout, a 5 s stall of this
+    # test would fail the batch of 1 and 2).
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_MS", 600_000)
     metrics = Metrics()
     writer = ActivityWriter(path, batch_size=2, max_pending=5, flush_interval=60, on_drop=metrics.records_dropped)
     stall = sqlite3.connect(path, isolation_level=None)
@@ -154,10 +159,15 @@ def test_a_stalled_database_drops_the_oldest_and_never_blocks(tmp_path):
         writer.submit(record(2))  # a full batch: the writer takes both and waits on the lock
         wait_until(lambda: writer.pending == 0, 5, "the writer to take the full batch")
         assert writer.pending == 0
-        started = time.perf_counter()
-        for number in range(3, 11):
-            writer.submit(record(number))
-        assert time.perf_counter() - started < 0.05  # eight submits, none waited on the disk
+        # Eight submits while the lock is held. One that waited on the disk would wait for
+        # this test's COMMIT, which comes only after they all returned: it would never return.
+        submitting = threading.Thread(
+            target=lambda: [writer.submit(record(number)) for number in range(3, 11)], daemon=True
+        )
+        submitting.start()
+        submitting.join(timeout=30)
+        assert not submitting.is_alive(), "a submit waited on the stalled disk"
+        assert (writer.batches, writer.dropped_failed) == (0, 0)  # and the disk has answered nothing yet
         assert writer.dropped_full == 3 and writer.pending == 5
         stall.execute("COMMIT")
         assert writer.flush(timeout=10)

@@ -86,9 +86,10 @@ models:
 
 
 async def test_client_disconnect_cancels_the_upstream_stream(router_factory):
-    # One token every 2 s: a cancel seen before the next token is due was noticed from
-    # the closed connection, not from a failed write.
-    router = router_factory(two_sims(extra_a="--tokens-per-second 0.5"))
+    # The first token goes out at once, the second 125 s later (the sim paces token i at
+    # TTFT + i / rate). A cancel seen within the 30 s waited for below came from the closed
+    # connection: a write-triggered one could only come with the second token.
+    router = router_factory(two_sims(extra_a="--tokens-per-second 0.008"))
     async with aiohttp.ClientSession() as session:
         body = {"model": "a", "stream": True, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
         response = await session.post(f"{router.url}/v1/chat/completions", json=body)
@@ -99,10 +100,9 @@ async def test_client_disconnect_cancels_the_upstream_stream(router_factory):
         response.close()  # the client goes away mid-stream
         gone = time.monotonic()
         async with aiohttp.ClientSession() as probe:
-            await wait_for_stats(probe, proxy, lambda stats: stats["cancelled"] == 1, timeout=5)
-        elapsed = time.monotonic() - gone
-        print(f"upstream cancelled {elapsed * 1000:.1f} ms after the client left")
-        assert elapsed < 2.0, "cancel arrived only with the next token write"
+            # Far below the 125 s to the next token write: no write can have triggered it.
+            await wait_for_stats(probe, proxy, lambda stats: stats["cancelled"] == 1, timeout=30)
+        print(f"upstream cancelled {(time.monotonic() - gone) * 1000:.1f} ms after the client left")
         stats = await sim_stats(session, proxy)
         assert stats["active"] == 0 and stats["completed"] == 0
 
@@ -393,6 +393,10 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, handle_sig
 """
 
 
+# post_json gives up on a server that sends nothing for this long.
+ANSWER_TIMEOUT_S = 120
+
+
 def post_json(url: str, body: dict | None = None) -> tuple[int, dict]:
     import urllib.error
     import urllib.request
@@ -401,7 +405,7 @@ def post_json(url: str, body: dict | None = None) -> tuple[int, dict]:
         url, data=json.dumps(body or {}).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
     try:
-        with urllib.request.urlopen(request, timeout=120) as response:
+        with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT_S) as response:
             return response.status, json.load(response)
     except urllib.error.HTTPError as error:
         return error.code, json.load(error)
@@ -443,20 +447,20 @@ models:
 
 
 def test_a_backend_that_exits_while_starting_fails_fast_with_its_output(router_factory):
+    # healthCheckTimeout is five times post_json's ANSWER_TIMEOUT_S: a router that waited for it
+    # would have the request time out, so an answer at all is an answer that did not wait.
     router = router_factory(f"""
-healthCheckTimeout: 600
+healthCheckTimeout: {5 * ANSWER_TIMEOUT_S}
 models:
   broken:
     cmd: |
       {PYTHON} -c "import sys; print('CUDA error: out of memory', flush=True); sys.exit(3)"
     proxy: http://127.0.0.1:9
 """)
-    began = time.monotonic()
     status, body = post_json(f"{router.url}/v1/chat/completions", {"model": "broken", "messages": []})
-    assert status == 503
+    assert status == 503  # answered within ANSWER_TIMEOUT_S: it did not wait for healthCheckTimeout
     message = body["error"]["message"]
     assert "exited with code 3 while starting" in message and "CUDA error: out of memory" in message
-    assert time.monotonic() - began < 300, "waited for healthCheckTimeout instead of failing fast"
 
 
 def test_a_backend_never_ready_gives_up_after_health_check_timeout(router_factory):

@@ -270,9 +270,10 @@ async def test_crash_after_tokens_across_requests_cuts_the_stream_and_exits_1(st
 
 
 async def test_disconnect_mid_stream_is_counted_cancelled_at_once(start_sim, session):
-    # One token a second: a cancel counted well before the next token was due was
-    # noticed from the closed connection, not from a failed write.
-    sim = start_sim("--tokens-per-second", "1")
+    # tok0 goes out at once, tok1 125 s later (token i is due at TTFT + i / rate): a cancel
+    # counted within wait_for_stats' 30 s was noticed from the closed connection, not from
+    # a failed write, which could only come with tok1.
+    sim = start_sim("--tokens-per-second", "0.008")
     response = await session.post(sim.url + CHAT, json=chat_body(stream=True, max_tokens=50))
     assert response.status == 200
     while b"tok0" not in await response.content.readline():
@@ -282,12 +283,9 @@ async def test_disconnect_mid_stream_is_counted_cancelled_at_once(start_sim, ses
 
     response.close()
     gone = time.monotonic()
-    stats, seen = await wait_for_stats(session, sim, lambda stats: stats["cancelled"] == 1)
+    stats, seen = await wait_for_stats(session, sim, lambda stats: stats["cancelled"] == 1, timeout=30)
     print(f"sim counted the disconnect {(seen - gone) * 1000:.1f} ms after the client left")
     assert stats == {"requests": 1, "active": 0, "completed": 0, "cancelled": 1}
-    # The spec's target is 100 ms; the bound here only has to rule out the next write
-    # (1 s away) on a slow shared machine.
-    assert seen - gone < 0.5
 
 
 async def test_disconnect_during_a_long_ttft_is_counted_cancelled(start_sim, session):
