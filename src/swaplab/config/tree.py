@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 
 
 class Line(int):
@@ -23,7 +23,7 @@ class Line(int):
 
     file: str
 
-    def __new__(cls, number: int, file: str) -> Line:
+    def __new__(cls, number: int, file: str) -> Self:
         line = super().__new__(cls, number)
         line.file = file
         return line
