@@ -6,7 +6,8 @@ serve` loads it (`load_config_sources`, with the case's environment and its `-co
 or is refused (`error_contains` / `error_equals` against the message of one of swaplab's
 faults, without its `FILE:LINE: ` prefix; an equal message may follow the place it is
 about, `macros.PORT: `, and go on with a hint of swaplab's in parentheses), the values it
-resolves to, and the names it resolves. A case that disagrees fails, unless it is a deliberate difference: `DIFFERENCES`
+resolves to, and the names it resolves; and that no key llama-swap reads is warned of as
+unknown. A case that disagrees fails, unless it is a deliberate difference: `DIFFERENCES`
 below, which must list exactly the case ids of the "differs" rows of docs/config.md's
 "Differences from llama-swap".
 
@@ -93,6 +94,12 @@ UNASSERTED: dict[str, str | tuple[str, str]] = {
 }
 """What llama-swap's code does with the documents no Go test loads (the corpus's `analysis`);
 any other such document is a config from llama-swap's docs, which it loads."""
+
+NOT_LLAMA_SWAP_KEYS = {
+    "defs": "a top-level key the Go tests hang YAML anchors on; llama-swap ignores it too",
+    "enable": "`performance.enable`, which llama-swap has not (its key is `disabled`)",
+}
+"""Keys in the corpus that llama-swap does not read either: swaplab's warning about them is right."""
 
 EXAMPLE_ENV = {"API_KEY_1": "key-one", "API_KEY_2": "key-two", "OPENROUTER_API_KEY": "sk-or-example"}
 """config.example.yaml's `${env.*}` besides HOME, as a user running it would set them."""
@@ -426,7 +433,20 @@ def disagreements(case: dict[str, Any], outcome: Outcome, tmp_path: Path) -> lis
         return [f"no fault {wanted}; swaplab's faults: {outcome.faults}"]
     if outcome.config is None:
         return [f"refused: {outcome.faults}; llama-swap loads it"]
-    return _value_disagreements(case, outcome.config, str(tmp_path / "tmpdir")) + _lookup_disagreements(case, outcome.config)
+    return (
+        _unknown_key_disagreements(outcome)
+        + _value_disagreements(case, outcome.config, str(tmp_path / "tmpdir"))
+        + _lookup_disagreements(case, outcome.config)
+    )
+
+
+def _unknown_key_disagreements(outcome: Outcome) -> list[str]:
+    """A key llama-swap reads is never one swaplab calls unknown."""
+    return [
+        f"a key llama-swap reads, called unknown: {warning}"
+        for warning in outcome.warnings
+        if (match := re.search(r"unknown key '([^']*)'", warning)) and match.group(1) not in NOT_LLAMA_SWAP_KEYS
+    ]
 
 
 def _is_message(fault: str, message: str) -> bool:
@@ -505,7 +525,7 @@ def _unasserted_disagreements(case: dict[str, Any], case_id: str, tmp_path: Path
     if case_id == "config.example.yaml":
         # refused only for what llama-swap's loader refuses it for, and every key known
         outcome = load_case({**case, "env": EXAMPLE_ENV}, tmp_path)
-        problems = [f"a key llama-swap knows: {warning}" for warning in outcome.warnings if "unknown key" in warning]
+        problems = _unknown_key_disagreements(outcome)
         if outcome.config is not None:
             return [*problems, "loads; llama-swap refuses it"]
         return problems + [f"a fault llama-swap has not: {fault}" for fault in outcome.faults
@@ -513,7 +533,9 @@ def _unasserted_disagreements(case: dict[str, Any], case_id: str, tmp_path: Path
     expected = UNASSERTED.get(case_id, "loads")
     outcome = load_case(case, tmp_path)
     if expected == "loads":
-        return [] if outcome.config is not None else [f"refused: {outcome.faults}; llama-swap loads it"]
+        if outcome.config is None:
+            return [f"refused: {outcome.faults}; llama-swap loads it"]
+        return _unknown_key_disagreements(outcome)
     _, part = expected
     if outcome.config is not None:
         return [f"loads; llama-swap refuses it ({part})"]
