@@ -7,7 +7,10 @@ defaults applied. The loader (`swaplab.config.loader`) is the only producer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
+
+from swaplab.config.matrixtree import MatrixNode, maximal_combinations
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,26 @@ class PeerConfig:
 
 @dataclass(frozen=True)
 class MatrixSet:
-    """One named set of llama-swap's matrix, its DSL expanded."""
+    """One named set of llama-swap's matrix, its DSL parsed (`config.matrix`)."""
 
     name: str
     expression: str
-    combinations: tuple[frozenset[str], ...]
-    """Every combination of model ids the set lets run together (subset semantics: any
-    subset of one may run), in the order the DSL produces them."""
+    """The DSL as written."""
+    root: MatrixNode
+    """The expression with vars resolved to model ids and each `+ref` replaced by the
+    referenced set's tree (`config.matrixtree`)."""
+    models: frozenset[str]
+    """Every model id the expression mentions."""
+
+    @cached_property
+    def combinations(self) -> tuple[frozenset[str], ...]:
+        """Every maximal combination of model ids the set lets run together (subset semantics:
+        any subset of one may run), in the order the DSL produces them.
+
+        Expanded on first use, and it can be huge (a product of ORs): the solver never
+        expands it, it projects `root` onto the models in question.
+        """
+        return maximal_combinations(self.root, sorted(self.models))
 
 
 @dataclass(frozen=True)
@@ -199,6 +215,8 @@ class Config:
     performance_disabled: bool = False
     performance_every: float = 5.0
     """`performance.every`, seconds between samples of CPU, memory and GPU (at least 5)."""
+    macros: tuple[tuple[str, Any], ...] = ()
+    """The global `macros`, as declared (unexpanded) and in their order, as llama-swap keeps them."""
     warnings: tuple[str, ...] = ()
     """`FILE:LINE: message` for each unknown key (never fatal)."""
     notes: str | None = None
