@@ -2,9 +2,11 @@
 
 Requests (and `/load`, and preloads) call `acquire(model)`: the fleet admits them against
 the model's `concurrencyLimit`, holds them until the model is ready, starts and stops
-backends as `placement.place` decides (llama-swap's group rules, or device claims when
-the config declares devices), and never evicts a model with requests in flight. It owns
-the config in force. Every decision is taken in `_schedule`, a synchronous method: on
+backends as `placement.place` decides (llama-swap's group rules or its matrix solver,
+refined by device claims when the config declares devices), and never evicts a model
+with requests in flight. Requests that must wait are queued in llama-swap's fifo order:
+ahead of every waiting request of a strictly lower `priority`, else in arrival order. It
+owns the config in force. Every decision is taken in `_schedule`, a synchronous method: on
 one event loop nothing can change between reading a state and acting on it. Backends
 report each change of state through one callback, which only asks for a decision soon
 after, so no decision ever runs inside another.
@@ -195,7 +197,10 @@ class Fleet:
         if lease is not None:
             return lease
         waiter = _Waiter(model_id, asyncio.get_running_loop().create_future())
-        self._waiting.append(waiter)
+        if self.config.priority:
+            self._enqueue_by_priority(waiter)
+        else:
+            self._waiting.append(waiter)
         self._schedule()
         try:
             return await waiter.future
@@ -208,6 +213,16 @@ class Fleet:
                 self.release(waiter.future.result(), succeeded=False)
             self._schedule()
             raise
+
+    def _enqueue_by_priority(self, waiter: _Waiter) -> None:
+        """llama-swap's fifo: just before the first waiting request of a strictly lower priority."""
+        priority = self.config.priority
+        rank = priority.get(waiter.model, 0)
+        for index, queued in enumerate(self._waiting):
+            if priority.get(queued.model, 0) < rank:
+                self._waiting.insert(index, waiter)
+                return
+        self._waiting.append(waiter)
 
     async def reacquire(self, lease: Lease) -> Lease:
         """The lease's server died under it: once its run has ended, trade the slot for one on a new run.
@@ -345,8 +360,9 @@ class Fleet:
         elif placement.action == "evict":
             self.swaps += 1
             self.metrics.swap()
+            why = f" ({placement.reason})" if placement.reason else ""
             for victim in placement.evict:
-                log.info("stopping %s to make room for %s", victim, backend.id)
+                log.info("stopping %s to make room for %s%s", victim, backend.id, why)
                 self._backends[victim].stop(f"to make room for {backend.id}")
         elif placement.action == "wait":
             if self._waiting_reason.get(backend.id) != placement.reason:
@@ -397,8 +413,11 @@ class Fleet:
         for a model that needs `model_id` gone, or could not start while `model_id` runs.
         Only older requests count, so of two models that exclude each other the one asked
         for first goes first: steady traffic to one cannot starve the other, in either
-        direction.
+        direction. With `priority`, only requests of at least `model_id`'s priority count:
+        a higher-priority model never yields to a lower one (the order fifo promises).
         """
+        priority = self.config.priority
+        rank = priority.get(model_id, 0) if priority else 0
         overdue = {
             waiter.model
             for waiter in self._waiting
@@ -407,6 +426,7 @@ class Fleet:
             and now - waiter.since >= BATCH_WINDOW_SECONDS
             and self.state_of(waiter.model) is not State.READY
             and waiter.model in self.config.models
+            and (not priority or priority.get(waiter.model, 0) >= rank)
         }
         if not overdue:
             return False

@@ -4,7 +4,7 @@ Pure: plain data in, a `Placement` out; no processes, no clocks, no I/O. The fle
 gathers the residents (and, when NVML answers, each device's free memory), asks, and
 acts on the answer.
 
-Two regimes, chosen by the config:
+Three regimes, chosen by the config:
 
 - **No top-level `devices`**: llama-swap's group rules (`swap.must_stop`), exactly as
   llama-swap applies them. A per-model `devices` then only sets `CUDA_VISIBLE_DEVICES`.
@@ -23,7 +23,14 @@ Two regimes, chosen by the config:
   - a `persistent` group's member is never stopped to make room: a start it blocks is
     refused, naming it.
 
-In both regimes a model that must go but is busy (requests in flight or admitted work
+- **`routing.router.use: matrix`**: llama-swap's matrix solver (`fleet.matrix.solve`)
+  decides who must leave, by its sets and evict costs; groups do not apply. With
+  `devices` too, the matrix decides first and the claims then refine its decision: they
+  may stop more models (never fewer: a set permits every subset of itself), cheapest
+  evict cost first among those that must wait alike, or refuse the start as above. A
+  model already stopping costs nothing to the solver: it is leaving anyway.
+
+In every regime a model that must go but is busy (requests in flight or admitted work
 queued), starting or stopping means *wait*, and nothing is stopped meanwhile; idle ready
 models that must go are *evicted*, and the fleet asks again once they have stopped.
 """
@@ -31,10 +38,11 @@ models that must go are *evicted*, and the fleet asks again once they have stopp
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from swaplab.config.model import Config, DeviceConfig
+from swaplab.config.model import Config, DeviceConfig, MatrixConfig
+from swaplab.fleet.matrix import evict_cost, solve
 from swaplab.fleet.swap import must_stop
 
 # Float claims such as 8.5 + 7.5 must fit a 16 GiB device exactly.
@@ -69,7 +77,8 @@ class Placement:
     blocking: tuple[str, ...] = ()
     """With "wait": every model that must be gone before the target can start."""
     reason: str = ""
-    """With "wait" and "refuse": a sentence naming the models and devices in the way."""
+    """With "wait" and "refuse": a sentence naming the models and devices in the way; with
+    "evict" under the matrix router, why these go (the set chosen, the devices short)."""
     short_devices: tuple[int, ...] = ()
     """Devices whose free memory (NVML) is short of the claim: with "refuse", or with
     "wait" while memory a backend just left may still be on its way back."""
@@ -92,11 +101,15 @@ def place(
     still be handing back; a shortfall there means wait, not refuse.
     """
     others = sorted((r for r in residents if r.model_id != target), key=lambda r: r.last_used)
+    if config.router == "matrix" and config.matrix is not None:
+        return _place_in_matrix(config, config.matrix, target, others, free_gib, settling)
     if not config.devices:
         victims = must_stop(config, target, [r.model_id for r in others])
         by_id = {r.model_id: r for r in others}
         return _evict_or_wait(target, [by_id[v] for v in victims])
-    return _place_on_devices(config, target, others, free_gib, settling)
+    siblings = _swap_siblings(config, target)
+    leaving = [r for r in others if r.model_id in siblings]
+    return _place_on_devices(config, target, others, free_gib, settling, leaving)
 
 
 def claims(config: Config, model_id: str) -> Claim:
@@ -135,6 +148,40 @@ def claim_faults(config: Config, model_id: str) -> list[str]:
     return faults
 
 
+# -- with the matrix --------------------------------------------------------------------
+
+
+def _place_in_matrix(
+    config: Config,
+    matrix: MatrixConfig,
+    target: str,
+    others: list[Resident],
+    free_gib: Mapping[int, float] | None,
+    settling: Collection[int],
+) -> Placement:
+    """The solver says who must leave; declared devices may then stop more, or refuse."""
+    # A model already stopping costs nothing: no set is chosen to keep what is leaving anyway.
+    costs = {r.model_id: 0 if r.state == "stopping" else evict_cost(matrix, r.model_id) for r in others}
+    decision = solve(matrix, target, sorted(costs), costs)
+    leaving = [r for r in others if r.model_id in decision.evict]
+    if config.devices:
+        placement = _place_on_devices(config, target, others, free_gib, settling, leaving, costs)
+    else:
+        placement = _evict_or_wait(target, leaving)
+    if placement.action != "evict":
+        return placement
+    if not decision.set_name:
+        reason = f"{target!r} is in no matrix set, so it runs alone"
+    elif decision.evict:
+        reason = f"matrix set {decision.set_name!r} runs {target!r} without {_join(repr(m) for m in decision.evict)}"
+    else:
+        reason = f"matrix set {decision.set_name!r} lets {target!r} run beside every model running"
+    extra = [m for m in placement.evict if m not in decision.evict]
+    if extra:
+        reason += f"; its device claims also need {_join(repr(m) for m in extra)} stopped"
+    return replace(placement, reason=reason)
+
+
 # -- with devices ----------------------------------------------------------------------
 
 
@@ -144,17 +191,28 @@ def _place_on_devices(
     others: list[Resident],
     free_gib: Mapping[int, float] | None,
     settling: Collection[int],
+    leaving: list[Resident],
+    evict_costs: Mapping[str, int] | None = None,
 ) -> Placement:
+    """`leaving`: the models that must go whatever the claims (a swap group's members, the
+    matrix's victims); `evict_costs`: the matrix's, to stop the cheapest first."""
     faults = claim_faults(config, target)
     if faults:
         return Placement("refuse", reason="; ".join(faults))
     want = claims(config, target)
     held = {r.model_id: claims(config, r.model_id) for r in others}
 
-    siblings = [r for r in others if r.model_id in _swap_siblings(config, target)]
+    siblings = leaving
     rest = [r for r in others if r not in siblings]
     # A persistent model already stopping (unloaded by hand) is leaving: wait for it.
-    persistent = [r for r in rest if config.group_of(r.model_id).persistent and r.state != "stopping"]
+    # Groups mean nothing under the matrix router.
+    persistent = [
+        r for r in rest
+        if config.router != "matrix" and config.group_of(r.model_id).persistent and r.state != "stopping"
+    ]
+
+    def removal(resident: Resident) -> tuple[int, int]:
+        return _cost_of_removal(resident), (evict_costs or {}).get(resident.model_id, 0)
     blocked = _overfull(config, want, (held[r.model_id] for r in persistent))
     if blocked:
         return Placement("refuse", reason=_persistent_reason(config, target, want, blocked, persistent, held))
@@ -163,7 +221,7 @@ def _place_on_devices(
     # idle ones before waiting for busy or starting ones, least recently used first, and
     # only those on a device still too full; then keep back any that proved unnecessary.
     movable = [r for r in rest if r not in persistent and held[r.model_id].keys() & want.keys()]
-    order = sorted(movable, key=_cost_of_removal)
+    order = sorted(movable, key=removal)
     keep = list(rest)
     removed: list[Resident] = []
     for resident in order:
@@ -173,7 +231,7 @@ def _place_on_devices(
         if held[resident.model_id].keys() & set(over):
             keep.remove(resident)
             removed.append(resident)
-    for resident in sorted(removed, key=lambda r: (-_cost_of_removal(r), -r.last_used)):
+    for resident in sorted(removed, key=lambda r: (*(-part for part in removal(r)), -r.last_used)):
         if not _overfull(config, want, (held[r.model_id] for r in [*keep, resident])):
             keep.append(resident)
             removed.remove(resident)
