@@ -11,8 +11,8 @@ one event loop nothing can change between reading a state and acting on it. Back
 report each change of state through one callback, which only asks for a decision soon
 after, so no decision ever runs inside another.
 
-Admission, the queue, the swap decisions, TTLs and reloads stay in this one module (a
-little over 500 lines) because they are one concept, one state machine over the same few fields:
+Admission, the queue, the swap decisions, TTLs and reloads stay in this one module (about
+550 lines) because they are one concept, one state machine over the same few fields:
 split, each part would read and change another's state. What a request is handed and
 refused with is in `lease`, how the state reads on `/running` in `status`, and one
 backend's own lifecycle in `backend`.
