@@ -107,12 +107,11 @@ def test_seed_raw_text_is_the_entry_as_written():
 
 EXPECTED_FAULTS = [
     (7, "macros.PORT: macro name 'PORT' is reserved (swaplab fills in ${PORT} itself)"),
-    (14, "models.alpha.cmd: unknown macro 'model_dir'"),
+    (14, "unknown macro '${model_dir}' found in alpha.cmd"),
     (15, "models.alpha.ttl: expected a whole number, got 'abc'"),
     (18, "models.alpha.env: expected NAME=VALUE, got 'HF_HUB_OFFLINE'"),
-    (20, "models.beta.aliases: 'shared' is already an alias of model 'alpha'"),
-    (21, "models.beta.cmd: ${PID} is only available in cmdStop"),
-    (23, "models.gamma: cmd is required"),
+    (20, "duplicate alias shared found in model: beta (already an alias of alpha)"),
+    (21, "unknown macro '${PID}' found in beta.cmd (${PID} is only available in cmdStop)"),
     (25, "models.gamma.description: environment variable 'SWAPLAB_TEST_UNSET' is not set"),
     (28, "models.delta.aliases: 'alpha' is already a model id"),
     (29, "models.delta.sendLoadingState: expected true or false, got 'sometimes'"),
@@ -131,14 +130,20 @@ def test_every_fault_is_reported_at_its_line(monkeypatch):
     with pytest.raises(ConfigError) as caught:
         load_config(str(FAULTS))
     assert caught.value.faults == [Fault(str(FAULTS), line, message) for line, message in EXPECTED_FAULTS]
-    assert caught.value.warnings == (f"{FAULTS}:30: unknown key 'colour' ignored",)
+    assert caught.value.warnings == (
+        f"{FAULTS}:23: models.gamma: no cmd, so starting this model fails (llama-swap loads it too)",
+        f"{FAULTS}:30: unknown key 'colour' ignored",
+    )
 
 
 def test_check_prints_one_line_per_fault_and_exits_2():
     result = run_cli("config", "check", str(FAULTS))
     assert result.returncode == 2
     assert result.stdout.splitlines() == [f"{FAULTS}:{line}: {message}" for line, message in EXPECTED_FAULTS]
-    assert result.stderr.splitlines() == [f"{FAULTS}:30: unknown key 'colour' ignored"]
+    assert result.stderr.splitlines() == [
+        f"{FAULTS}:23: models.gamma: no cmd, so starting this model fails (llama-swap loads it too)",
+        f"{FAULTS}:30: unknown key 'colour' ignored",
+    ]
 
 
 def test_check_accepts_the_seed():
@@ -243,7 +248,13 @@ def test_a_macro_sees_only_macros_declared_before_it():
             proxy: http://127.0.0.1:9000
         """
     )
-    assert faults == [(2, "macros.serve: uses macro 'ctx', which is declared after it; declare 'ctx' first")]
+    assert faults == [
+        (
+            2,
+            "macros.serve: unknown macro '${ctx}': 'ctx' is declared after 'serve', "
+            "and a macro sees only the macros declared before it",
+        )
+    ]
 
 
 def test_macros_apply_to_every_string_and_keep_their_type_as_a_whole_value():
@@ -338,7 +349,7 @@ def test_unset_env_and_unknown_macros_point_inside_a_cmd_block():
         """
     )
     assert faults == [
-        (6, "models.a.cmd: unknown macro 'model_dir'"),
+        (6, "unknown macro '${model_dir}' found in a.cmd"),
         (8, "models.a.cmd: environment variable 'SWAPLAB_SURELY_UNSET' is not set"),
     ]
 
@@ -373,9 +384,12 @@ def test_port_in_proxy_without_port_in_cmd_is_a_fault():
         """
     )
     assert faults == [
-        (2, "models.fixed: cmd does not use ${PORT}, so proxy must be set "
-            "(the default http://localhost:${PORT} needs a port from cmd)"),
-        (6, "models.explicit.proxy: uses ${PORT} but cmd does not; a port is assigned only when cmd uses ${PORT}"),
+        (
+            2,
+            "model fixed: proxy uses ${PORT} but cmd does not - ${PORT} is only available when used in cmd "
+            "(the default proxy http://localhost:${PORT} needs it: set proxy)",
+        ),
+        (6, "model explicit: proxy uses ${PORT} but cmd does not - ${PORT} is only available when used in cmd"),
     ]
 
 
@@ -416,9 +430,9 @@ def test_reserved_and_invalid_macro_names_are_faults():
     assert faults == [
         (2, "macros.PID: macro name 'PID' is reserved (swaplab fills in ${PID} itself)"),
         (3, "macros.MODEL_ID: macro name 'MODEL_ID' is reserved (swaplab fills in ${MODEL_ID} itself)"),
-        (4, "macros.bad name: macro name may only hold letters, digits, '_' and '-'"),
-        (5, "macros.selfish: macro refers to itself"),
-        (6, "macros.empty: a macro's value must be a string, number, boolean or mapping, not empty"),
+        (4, "macros.bad name: macro name 'bad name' contains invalid characters, must match pattern ^[a-zA-Z0-9_-]+$"),
+        (5, "macros.selfish: macro 'selfish' contains self-reference"),
+        (6, "macros.empty: macro 'empty' has invalid type (empty), must be a scalar type (string, int, float, or bool)"),
     ]
 
 
@@ -443,7 +457,9 @@ def test_defaults_follow_llama_swap_and_globals_flow_into_models():
     assert (a.ttl, a.unload_timeout, a.send_loading_state) == (600, 20.0, True)
     assert (b.ttl, b.unload_timeout, b.send_loading_state) == (0, 3.0, False)
     assert a.check_endpoint == "/health"
-    assert a.timeouts == Timeouts(connect=30.0, response_header=None, idle_conn=90.0)
+    assert a.timeouts == Timeouts(
+        connect=30.0, response_header=None, idle_conn=90.0, keepalive=30.0, tls_handshake=10.0, expect_continue=1.0
+    )
     assert config.group_of("a") == GroupConfig(id="(default)", members=("a", "b"))
 
 
@@ -451,18 +467,20 @@ def test_unknown_keys_are_warnings_not_faults():
     config = load(
         """\
         logToStdout: both
+        colour: blue
         models:
           a:
             cmd: server --port ${PORT}
-            capabilities: {tools: true}
-            timeouts: {connect: 5, keepalive: 30}
+            capabilities: {tools: true, flavour: sweet}
+            timeouts: {connect: 5, keepalive: 30, upstream: 60}
         """
     )
     assert config.models["a"].timeouts.connect == 5
+    # Keys llama-swap knows are read; a key neither knows is a warning at its line, never a fault.
     assert config.warnings == (
-        "test.yaml:1: unknown key 'logToStdout' ignored",
-        "test.yaml:5: unknown key 'capabilities' ignored",
-        "test.yaml:6: unknown key 'keepalive' ignored",
+        "test.yaml:2: unknown key 'colour' ignored",
+        "test.yaml:6: unknown key 'flavour' ignored",
+        "test.yaml:7: unknown key 'upstream' ignored",
     )
 
 
@@ -497,24 +515,25 @@ def test_groups_and_their_faults():
         """
     )
     assert faults == [
-        (5, "groups.one.members: 'a' is listed twice"),
-        (6, "groups.two.members: model 'a' is already in group 'one'"),
+        (5, "duplicate model member a found in group: one"),
+        (6, "model member a is used in multiple groups: one and two"),
         (6, "groups.two.members: 'sea' is not a model (it is an alias of 'c'; list the model id)"),
     ]
 
 
-def test_preload_resolves_aliases_and_rejects_unknown_models():
+def test_preload_resolves_aliases_and_skips_unknown_names_with_a_warning():
     config = load(
         """\
         hooks:
           on_startup:
-            preload: [fast]
+            preload: [fast, " ", a]
         models:
           a: {cmd: "s --port ${PORT}", aliases: [fast]}
         """
     )
     assert config.preload == ("a",)
-    assert faults_of(
+    # llama-swap drops a name that is no model silently; swaplab drops it and says so.
+    config = load(
         """\
         hooks:
           on_startup:
@@ -524,7 +543,9 @@ def test_preload_resolves_aliases_and_rejects_unknown_models():
         models:
           a: {cmd: "s --port ${PORT}"}
         """
-    ) == [(5, "hooks.on_startup.preload: 'ghost' is not a model id or alias")]
+    )
+    assert config.preload == ("a",)
+    assert config.warnings == ("test.yaml:5: hooks.on_startup.preload: 'ghost' is not a model id or alias; not preloaded",)
 
 
 def test_types_are_checked_without_silent_coercion():
@@ -545,7 +566,7 @@ def test_types_are_checked_without_silent_coercion():
         """
     )
     assert faults == [
-        (1, "startPort: must be at least 1, got 0"),
+        (1, "startPort must be greater than 1, got 0"),
         (2, "globalTTL: expected a whole number, got '600'"),
         (6, "models.a.ttl: expected a whole number, got '1.5'"),
         (7, "models.a.concurrencyLimit: must be at least 0, got -2"),
@@ -598,7 +619,9 @@ def test_peers_filters_timeouts_and_probe():
     assert peer.models == ("big", "small")
     assert peer.filters.strip_params == ("temperature", "top_p")
     assert peer.filters.set_params == {"max_tokens": 512}
-    assert peer.timeouts == Timeouts(connect=2.5, response_header=None, idle_conn=90.0)
+    assert peer.timeouts == Timeouts(
+        connect=2.5, response_header=None, idle_conn=90.0, keepalive=30.0, tls_handshake=10.0, expect_continue=1.0
+    )
     assert config.warnings == ("test.yaml:11: peers.cloud.filters.setParams.model: 'model' cannot be set; ignored",)
 
     assert faults_of(
@@ -609,9 +632,9 @@ def test_peers_filters_timeouts_and_probe():
           bad: {proxy: "ftp://h", models: [a]}
         """
     ) == [
-        (2, "peers.empty: models must list at least one model"),
-        (3, "peers.local: ${MODEL_ID} is only available in a model"),
-        (4, "peers.bad.proxy: expected an http:// or https:// URL, got 'ftp://h'"),
+        (2, "peers.empty: peer models can not be empty"),
+        (3, "peers.local.apiKey: unknown macro '${MODEL_ID}' (${MODEL_ID} is only available in a model)"),
+        (4, "peers.bad.proxy: invalid peer proxy URL (ftp://h): expected an http:// or https:// URL"),
     ]
 
 
@@ -655,7 +678,7 @@ def test_alias_colliding_with_a_peer_model_name():
         peers:
           cloud: {proxy: "http://h:1", models: [big]}
         """
-    ) == [(2, "models.a.aliases: 'cloud/big' is also peer cloud's model name")]
+    ) == [(2, 'model a alias "cloud/big" conflicts with fully qualified peer model name')]
 
 
 def test_an_empty_config_is_valid():

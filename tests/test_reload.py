@@ -66,7 +66,7 @@ def test_a_broken_config_is_refused_and_the_old_one_keeps_serving(router_factory
     (tmp_path / "config.yaml").write_text("models:\n  a-steady:\n    cmd: ${nope}\n")
     router.signal(signal.SIGHUP)
     wait_until(lambda: "config reload refused" in router.output(), 30, "the refusal")
-    assert f"{tmp_path / 'config.yaml'}:3: models.a-steady.cmd: unknown macro 'nope'" in router.output()
+    assert f"{tmp_path / 'config.yaml'}:3: unknown macro '${{nope}}' found in a-steady.cmd" in router.output()
     running = states(router)
     assert running["a-steady"]["pid"] == steady_pid and running["b-moving"]["pid"] == moving_pid
     load(router, "b-moving")  # still the old config's models

@@ -8,9 +8,14 @@ from swaplab.config.tree import Entry
 
 
 def check_names(
-    findings: Findings, models: dict[str, ModelConfig], peers: dict[str, PeerConfig], model_entries: dict[str, Entry]
+    findings: Findings,
+    models: dict[str, ModelConfig],
+    peers: dict[str, PeerConfig],
+    model_entries: dict[str, Entry],
+    peer_entries: dict[str, Entry],
 ) -> None:
-    """An alias names one model and no model id; a model id or alias is no peer's `PEER/MODEL`."""
+    """An alias names one model and no model id; a model id or alias is no peer's `PEER/MODEL`,
+    and no two peers produce the same `PEER/MODEL` (faults in llama-swap's words where it has them)."""
     owner: dict[str, str] = {}
     for model in sorted(models.values(), key=lambda m: m.line):
         alias_items = _alias_lines(model, model_entries)
@@ -18,21 +23,37 @@ def check_names(
             line = alias_items.get(alias, model.line)
             if alias in model_entries:
                 findings.fault(line, f"models.{model.id}.aliases: '{alias}' is already a model id")
+            elif alias in owner and owner[alias] != model.id:
+                findings.fault(
+                    line, f"duplicate alias {alias} found in model: {model.id} (already an alias of {owner[alias]})"
+                )
             elif alias in owner:
-                other = owner[alias]
-                where = "this model" if other == model.id else f"model '{other}'"
-                findings.fault(line, f"models.{model.id}.aliases: '{alias}' is already an alias of {where}")
+                findings.fault(line, f"models.{model.id}.aliases: '{alias}' is listed twice")
             else:
                 owner[alias] = model.id
-    for peer in peers.values():
-        for name in peer.models:
-            qualified = f"{peer.id}/{name}"
+    producers: dict[str, tuple[str, str]] = {}
+    for peer_id in sorted(peers):
+        for name in dict.fromkeys(peers[peer_id].models):
+            qualified = f"{peer_id}/{name}"
+            if qualified in producers:
+                first_peer, first_name = producers[qualified]
+                findings.fault(
+                    peer_entries[peer_id].key_line if peer_id in peer_entries else 1,
+                    f'peer model name "{qualified}" is ambiguous between peers.{first_peer} model "{first_name}" '
+                    f'and peers.{peer_id} model "{name}"',
+                )
+                continue
+            producers[qualified] = (peer_id, name)
             if qualified in models:
-                findings.fault(models[qualified].line, f"models.{qualified}: id is also peer {peer.id}'s model name")
+                findings.fault(
+                    models[qualified].line, f'model ID "{qualified}" conflicts with fully qualified peer model name'
+                )
             elif qualified in owner:
                 model = models[owner[qualified]]
                 line = _alias_lines(model, model_entries).get(qualified, model.line)
-                findings.fault(line, f"models.{model.id}.aliases: '{qualified}' is also peer {peer.id}'s model name")
+                findings.fault(
+                    line, f'model {model.id} alias "{qualified}" conflicts with fully qualified peer model name'
+                )
 
 
 def _alias_lines(model: ModelConfig, model_entries: dict[str, Entry]) -> dict[str, int]:

@@ -21,6 +21,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     check = actions.add_parser("check", help="validate a config; one FILE:LINE: line per fault")
     _add_sources(check)
+    check.add_argument(
+        "--strict", action="store_true",
+        help="warnings (unknown keys, values llama-swap would quietly replace) are faults too: exit 1",
+    )
     show = actions.add_parser("show", help="print the resolved config as JSON")
     _add_sources(show)
     show.add_argument("--model", help="only this model (id or alias), with cmd as the final argv")
@@ -39,20 +43,29 @@ def main(args: argparse.Namespace) -> int:
     if args.file is None and args.config_dir is None:
         raise SwaplabError(f"config {args.config_command}: give a config FILE, --config-dir DIR, or both")
     if args.config_command == "check":
-        return _check(args.file, args.config_dir)
+        return _check(args.file, args.config_dir, strict=args.strict)
     return _show(args.file, args.config_dir, model=args.model)
 
 
-def _check(path: str | None, config_dir: str | None) -> int:
+def _check(path: str | None, config_dir: str | None, strict: bool = False) -> int:
     """Validate the config (`path`, and the files of `config_dir` merged after it): 0 when valid
-    (warnings on stderr), else 2 with one `FILE:LINE: message` per fault on stdout."""
+    (warnings on stderr), else 2 with one `FILE:LINE: message` per fault on stdout. With
+    `strict`, a valid config with warnings exits 1, each warning on stdout as a fault."""
     try:
         config = load_config_sources(path, config_dir)
     except ConfigError as error:
-        _print_warnings(error.warnings)
+        if strict:
+            for warning in error.warnings:
+                print(warning)
+        else:
+            _print_warnings(error.warnings)
         for fault in error.faults:
             print(fault)
         return 2
+    if strict and config.warnings:
+        for warning in config.warnings:
+            print(warning)
+        return 1
     _print_warnings(config.warnings)
     return 0
 

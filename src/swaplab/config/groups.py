@@ -1,4 +1,5 @@
-"""Who runs beside whom: the `groups:` section, and the models `hooks.on_startup.preload` starts."""
+"""Who runs beside whom: a `groups:` block (`config.routing` says which), and the models
+`hooks.on_startup.preload` starts."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def read_groups(
             member = item.text
             where = group.where("members")
             if member in members:
-                group.findings.fault(item.line, f"{where}: '{member}' is listed twice")
+                group.findings.fault(item.line, f"duplicate model member {member} found in group: {group_id}")
                 continue
             if member not in model_entries:
                 hint = ""
@@ -35,7 +36,9 @@ def read_groups(
                     hint = f" (it is an alias of '{target}'; list the model id)"
                 group.findings.fault(item.line, f"{where}: '{member}' is not a model{hint}")
             elif member in member_of:
-                group.findings.fault(item.line, f"{where}: model '{member}' is already in group '{member_of[member]}'")
+                group.findings.fault(
+                    item.line, f"model member {member} is used in multiple groups: {member_of[member]} and {group_id}"
+                )
             else:
                 member_of[member] = group_id
             members.append(member)
@@ -51,7 +54,10 @@ def read_groups(
 
 
 def read_preload(hooks: YamlSection | None, models: dict[str, ModelConfig]) -> tuple[str, ...]:
-    """`hooks.on_startup.preload`: model ids or aliases, each resolved to its id once."""
+    """`hooks.on_startup.preload`: model ids or aliases, each resolved to its id once.
+
+    A name that is no model is skipped with a warning (llama-swap skips it silently).
+    """
     if hooks is None:
         return ()
     on_startup = hooks.section("on_startup")
@@ -65,7 +71,9 @@ def read_preload(hooks: YamlSection | None, models: dict[str, ModelConfig]) -> t
             continue
         model_id = _resolve(models, name)
         if model_id is None:
-            on_startup.findings.fault(item.line, f"hooks.on_startup.preload: '{name}' is not a model id or alias")
+            on_startup.findings.warn(
+                item.line, f"hooks.on_startup.preload: '{name}' is not a model id or alias; not preloaded"
+            )
         elif model_id not in preload:
             preload.append(model_id)
     on_startup.finish()

@@ -2,12 +2,16 @@
 
 The pass parses the text (`yamltree`), drops the comment lines inside commands,
 substitutes `${env.NAME}` (for `--config-dir`, file by file, then merges the files'
-trees: `merge`), then reads each section with the shared reader: the top-level
-settings (`settings`), `models` (`models`), `groups` and `hooks` (`groups`), `peers`
-(`peers`), and checks across them (`checks`). Every fault is collected, each at the line
-of the key that holds it, and raised together; unknown keys are warnings. Nothing here
-touches the machine beyond reading the file and the environment: a config that names
-binaries absent from this box is still valid (it may describe another box).
+trees: `merge`), expands the global macros in every top-level value but `models`, then
+reads each section with the shared reader: the top-level settings (`settings`), what the
+server records (`telemetry`), `models` (`models`), `peers` (`peers`), `routing` and the
+legacy `groups`/`matrix` (`routing`, `groups`, `matrix`), `hooks` (`groups`),
+`upstream` (`upstream`), `selectors`, `profiles`, and checks across them (`checks`).
+Every fault is collected, each at the line of the key that holds it, and raised
+together; unknown keys are warnings. Nothing here touches the machine beyond reading the
+file, the environment and whether `store.path` can be written (llama-swap checks that at
+load too): a config that names binaries absent from this box is still valid (it may
+describe another box).
 """
 
 from __future__ import annotations
@@ -18,14 +22,21 @@ from collections.abc import Mapping
 from swaplab.config import macros as macro_rules
 from swaplab.config.checks import check_devices, check_names
 from swaplab.config.cmd import strip_comment_lines
-from swaplab.config.groups import read_groups, read_preload
+from swaplab.config.groups import read_preload
+from swaplab.config.macros import Macro
 from swaplab.config.merge import merge_trees
 from swaplab.config.model import Config
 from swaplab.config.models import ModelDefaults, read_models
+from swaplab.config.names import Names
 from swaplab.config.peers import read_peers
+from swaplab.config.profiles import read_profiles
 from swaplab.config.reader import Findings, read_text
+from swaplab.config.routing import read_routing
+from swaplab.config.selectors import read_selectors
 from swaplab.config.settings import read_api_keys, read_devices, read_settings
-from swaplab.config.tree import Item, Line
+from swaplab.config.telemetry import read_telemetry
+from swaplab.config.tree import Entry, Item, Line
+from swaplab.config.upstream import read_ignore_paths
 from swaplab.config.yamlreader import YamlSection
 from swaplab.config.yamltree import parse
 from swaplab.errors import SwaplabError
@@ -102,7 +113,17 @@ def _read_source(text: str, path: str, findings: Findings, environ: Mapping[str,
     None when the file is empty or not YAML (a fault); a top level that is no mapping is
     a fault and raises.
     """
+    environ = os.environ if environ is None else environ
     parsed = parse(text, path)
+    if parsed.faults and "${env." in text:
+        # llama-swap substitutes `${env.NAME}` in the raw text before parsing, so a file may be
+        # YAML only then (`apiKeys: [${env.KEY}]`, a flow list where `{` cannot stand).
+        env_faults: list[tuple[int, str]] = []
+        substituted = parse(macro_rules.substitute_env_text(text, environ, lambda *fault: env_faults.append(fault)), path)
+        if not substituted.faults:
+            parsed = substituted
+            for line, message in env_faults:
+                findings.fault(Line(line, path), message)
     for fault in parsed.faults:
         findings.fault(Line(fault.line, fault.file), fault.message)
     if parsed.root is None:
@@ -112,20 +133,31 @@ def _read_source(text: str, path: str, findings: Findings, environ: Mapping[str,
         findings.fault(root.line, "a config is a mapping of settings (healthCheckTimeout, models, ...)")
         findings.raise_faults()
     _strip_command_comments(root)
-    return macro_rules.substitute_env(root, os.environ if environ is None else environ, findings.fault)
+    return macro_rules.substitute_env(root, environ, findings.fault)
 
 
 def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list[str]]) -> Config:
     """The config tree (one file's, or several merged) read section by section."""
-    top = YamlSection(findings, root, ())
     models_entry = root.value.get("models")
     # Every model as written, even one too broken to resolve (so it is not reported twice).
     model_entries = dict(models_entry.item.value) if models_entry is not None and models_entry.item.is_mapping else {}
+    peers_entry = root.value.get("peers")
+    peer_entries = dict(peers_entry.item.value) if peers_entry is not None and peers_entry.item.is_mapping else {}
+
+    macros_entry = root.value.get("macros")
+    global_macros = macro_rules.read_macros(
+        macros_entry if macros_entry is not None and macros_entry.item.value is not None else None,
+        "macros",
+        findings.fault,
+    )
+    global_chain = macro_rules.resolve_chain(global_macros)
+    root = _expand_top_level(root, global_macros, global_chain, findings)
+    top = YamlSection(findings, root, ())
+    top.entry("macros")
 
     settings = read_settings(top, path)
-    global_macros = macro_rules.read_macros(top.entry("macros"), "macros", findings.fault)
-    global_chain = macro_rules.resolve_chain(global_macros, findings.fault)
-    api_keys = read_api_keys(top, global_macros, global_chain)
+    telemetry = read_telemetry(top)
+    api_keys = read_api_keys(top)
     devices = read_devices(top.section("devices"))
 
     model_defaults = ModelDefaults(
@@ -136,12 +168,16 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
         settings.start_port,
     )
     models = read_models(top.section("models"), global_macros, model_defaults, lines)
-    groups = read_groups(top.section("groups"), models, model_entries)
-    peers = read_peers(top.section("peers"), global_macros, global_chain)
+    peers = read_peers(top.section("peers"))
+    names = Names(models, peers)
+    routing = read_routing(top, models, model_entries, names)
     preload = read_preload(top.section("hooks"), models)
+    ignore_paths = read_ignore_paths(top.section("upstream"))
+    selectors = read_selectors(top.section("selectors"), names, routing)
+    profiles = read_profiles(top.section("profiles"), names, selectors)
     top.finish()
 
-    check_names(findings, models, peers, model_entries)
+    check_names(findings, models, peers, model_entries, peer_entries)
     check_devices(findings, models, devices)
     findings.raise_faults()
     return Config(
@@ -157,12 +193,56 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
         heartbeat_interval=settings.heartbeat_interval,
         preload=preload,
         models=models,
-        groups=groups,
+        groups=routing.groups,
         peers=peers,
         devices=devices,
+        router=routing.router,
+        matrix=routing.matrix,
+        priority=routing.priority,
+        profiles=profiles,
+        selectors=selectors,
+        ignore_paths=ignore_paths,
+        log_time_format=telemetry.log_time_format,
+        log_to_stdout=telemetry.log_to_stdout,
+        log_requests=telemetry.log_requests,
+        metrics_max_in_memory=telemetry.metrics_max_in_memory,
+        capture_buffer_mb=telemetry.capture_buffer_mb,
+        store_path=telemetry.store_path,
+        session_id_headers=telemetry.session_id_headers,
+        performance_disabled=telemetry.performance_disabled,
+        performance_every=telemetry.performance_every,
+        macros=tuple((macro.name, macro.written) for macro in global_macros),
         warnings=findings.warnings,
         notes=settings.notes,
     )
+
+
+KNOWN_TOP_LEVEL = (
+    "healthCheckTimeout", "logRequests", "logLevel", "logTimeFormat", "logToStdout", "metricsMaxInMemory",
+    "captureBuffer", "store", "ui", "performance", "globalTTL", "unloadTimeout", "profiles", "selectors",
+    "routing", "groups", "matrix", "startPort", "hooks", "sendLoadingState", "includeAliasesInList",
+    "apiKeys", "peers", "upstream",
+    # swaplab's own
+    "heartbeatInterval", "notes", "devices",
+)  # fmt: skip
+"""The top-level settings whose leftover `${...}` is a fault (llama-swap checks the ones it knows)."""
+
+
+def _expand_top_level(root: Item, global_macros: list[Macro], chain: dict[str, Macro], findings: Findings) -> Item:
+    """Every top-level value but `models` and `macros` with the global macros expanded, as llama-swap
+    does (`startPort: ${base}`, `hooks.on_startup.preload`, `peers`, `routing`, ...); a `${...}`
+    left in a known setting is a fault."""
+    entries = {}
+    for key, entry in root.value.items():
+        if key in ("models", "macros"):
+            entries[key] = entry
+            continue
+        if key in KNOWN_TOP_LEVEL:
+            item = macro_rules.expand_global(entry.item, key, global_macros, chain, findings.fault)
+        else:
+            item = macro_rules.expand(entry.item, chain)
+        entries[key] = Entry(key, entry.key_line, item)
+    return root.with_value(entries)
 
 
 def _strip_command_comments(root: Item) -> None:

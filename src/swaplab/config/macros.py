@@ -3,8 +3,10 @@
 Semantics follow llama-swap: a macro sees only the macros declared before it (plus
 `MODEL_ID`, which comes first), a per-model macro replaces a global one of the same name
 in place, and a string that is exactly `${name}` takes the macro's value with its type.
-Unlike llama-swap, which substitutes in a handful of fields, swaplab substitutes in
-every string value of a model or peer.
+The global macros expand in every string value of every top-level setting except
+`models` (which gets MODEL_ID, the globals and its own), map keys excepted: only a
+model's `filters.setParamsByID` keys are expanded (`expand_keys`). Faults use
+llama-swap's words (`unknown macro '${X}' found in m.cmd`) at the line of the `${X}`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swaplab.config.tree import Entry, Item, from_plain, scalar_text, to_plain
+from swaplab.config.tree import Entry, Item, scalar_text, to_plain
 from swaplab.config.yamltree import resolve_plain
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -35,7 +37,7 @@ Report = Callable[[int, str], None]
 class Macro:
     name: str
     value: Any
-    """A scalar, or a mapping (usable only as a whole value)."""
+    """A scalar: string, number or boolean."""
     line: int
     written: Any = None
     """The value as declared, before the macros it uses were substituted."""
@@ -83,7 +85,7 @@ def substitute_env(item: Item, environ: Mapping[str, str], report: Report, path:
             return match.group(0)
         value = environ[name]
         if any(char in value for char in "\n\r\x00"):
-            report(line, f"{path}: environment variable '{name}' holds a newline or NUL, which a config value cannot")
+            report(line, f"{path}: environment variable '{name}' contains newlines or null bytes which are not allowed")
             return match.group(0)
         return value
 
@@ -92,36 +94,66 @@ def substitute_env(item: Item, environ: Mapping[str, str], report: Report, path:
     return item.with_value(resolve_plain(text) if item.plain else text)
 
 
-def read_macros(entry: Entry | None, path: str, report: Report) -> list[Macro]:
-    """The `macros:` mapping at `path`, validated as llama-swap validates it."""
+def substitute_env_text(text: str, environ: Mapping[str, str], report: Report) -> str:
+    """`${env.NAME}` replaced in the raw text, as llama-swap replaces it before parsing: only for
+    a file that is not YAML until then (`apiKeys: [${env.KEY}]`). Comment lines are skipped; a
+    value's `\\` and `"` are escaped as llama-swap escapes them (right inside double quotes)."""
+    lines = text.split("\n")
+    for number, line in enumerate(lines, 1):
+        if line.lstrip().startswith("#") or "${env." not in line:
+            continue
+
+        def replace(match: re.Match[str], number: int = number) -> str:
+            name = match.group(1)
+            value = environ.get(name)
+            if value is None:
+                report(number, f"environment variable '{name}' is not set")
+                return match.group(0)
+            if any(char in value for char in "\n\r\x00"):
+                report(number, f"environment variable '{name}' contains newlines or null bytes which are not allowed")
+                return match.group(0)
+            return value.replace("\\", "\\\\").replace('"', '\\"')
+
+        lines[number - 1] = ENV_REFERENCE.sub(replace, line)
+    return "\n".join(lines)
+
+
+def read_macros(entry: Entry | None, path: str, report: Report, model_id: str | None = None) -> list[Macro]:
+    """The `macros:` mapping at `path`, validated as llama-swap validates it (a model's faults
+    start `model ID:`, as llama-swap's do)."""
     if entry is None or entry.item.value is None:
         return []
     if not entry.item.is_mapping:
-        report(entry.key_line, f"{path}: expected a mapping of macro names to values")
+        report(entry.key_line, f"{path}: macros must be a mapping")
         return []
     macros = []
     for name, macro_entry in entry.item.value.items():
         line = macro_entry.key_line
         value = to_plain(macro_entry.item)
         where = f"{path}.{name}"
-        if len(name) > MAX_NAME_LENGTH:
-            report(line, f"{where}: macro name is longer than {MAX_NAME_LENGTH} characters")
-            continue
-        if not NAME_PATTERN.match(name):
-            report(line, f"{where}: macro name may only hold letters, digits, '_' and '-'")
-            continue
-        if name in RESERVED:
-            report(line, f"{where}: macro name '{name}' is reserved (swaplab fills in ${{{name}}} itself)")
-            continue
-        if not (is_scalar(value) or isinstance(value, dict)):
-            kind = "empty" if value is None else "a list"
-            report(line, f"{where}: a macro's value must be a string, number, boolean or mapping, not {kind}")
-            continue
-        if f"${{{name}}}" in _all_text(value):
-            report(line, f"{where}: macro refers to itself")
+        prefix = f"model {model_id}: " if model_id is not None else f"{where}: "
+        problem = _macro_problem(name, value)
+        if problem is not None:
+            report(line, prefix + problem)
             continue
         macros.append(Macro(name, value, line, value, where))
     return macros
+
+
+def _macro_problem(name: str, value: Any) -> str | None:
+    """llama-swap's objection to a macro declaration (macros.go validateMacro), in its words."""
+    if len(name) > MAX_NAME_LENGTH:
+        return f"macro name '{name}' exceeds maximum length of {MAX_NAME_LENGTH} characters"
+    if not NAME_PATTERN.match(name):
+        return f"macro name '{name}' contains invalid characters, must match pattern ^[a-zA-Z0-9_-]+$"
+    if not is_scalar(value):
+        kind = "map" if isinstance(value, dict) else "list" if isinstance(value, list) else "empty"
+        return f"macro '{name}' has invalid type ({kind}), must be a scalar type (string, int, float, or bool)"
+    if isinstance(value, str) and f"${{{name}}}" in value:
+        return f"macro '{name}' contains self-reference"
+    if name in RESERVED:
+        return f"macro name '{name}' is reserved (swaplab fills in ${{{name}}} itself)"
+    return None
 
 
 def merge(global_macros: list[Macro], model_macros: list[Macro], model_id: str | None) -> list[Macro]:
@@ -138,135 +170,113 @@ def merge(global_macros: list[Macro], model_macros: list[Macro], model_id: str |
     return merged
 
 
-def resolve_chain(macros: list[Macro], report: Report) -> dict[str, Macro]:
+def resolve_chain(macros: list[Macro]) -> dict[str, Macro]:
     """Each macro's value with the macros declared before it substituted (nesting)."""
     resolved: dict[str, Macro] = {}
     for macro in macros:
-        value, misuse = substitute(macro.value, resolved)
-        for name in misuse:
-            report(macro.line, _mapping_misuse(macro.where, name))
+        value = _substitute_string(macro.value, resolved) if isinstance(macro.value, str) else macro.value
         resolved[macro.name] = Macro(macro.name, value, macro.line, macro.written, macro.where)
     return resolved
 
 
-def substitute(value: Any, macros: Mapping[str, Macro]) -> tuple[Any, list[str]]:
-    """`value` (plain data) with macros substituted; also the mapping macros wrongly used inside a string."""
-    misuse: list[str] = []
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {key: walk(child) for key, child in value.items()}
-        if isinstance(value, list):
-            return [walk(child) for child in value]
-        if isinstance(value, str):
-            return _substitute_string(value, macros, misuse)
-        return value
-
-    return walk(value), misuse
-
-
-def expand(item: Item, macros: Mapping[str, Macro], path: str, report: Report) -> Item:
-    """`item` with macros substituted in every string value, each result located where it was written."""
+def expand(item: Item, macros: Mapping[str, Macro]) -> Item:
+    """`item` with macros substituted in every string value (not in map keys), each result
+    located where it was written; a string that is exactly `${name}` takes the macro's type."""
     if item.is_mapping:
         return item.with_value(
-            {key: Entry(key, entry.key_line, expand(entry.item, macros, path, report)) for key, entry in item.value.items()}
+            {key: Entry(key, entry.key_line, expand(entry.item, macros)) for key, entry in item.value.items()}
         )
     if item.is_sequence:
-        return item.with_value([expand(child, macros, path, report) for child in item.value])
+        return item.with_value([expand(child, macros) for child in item.value])
     if not isinstance(item.value, str) or "${" not in item.value:
         return item
-    misuse: list[str] = []
-    value = _substitute_string(item.value, macros, misuse)
-    for name in misuse:
-        report(locate(item, f"${{{name}}}") or item.line, _mapping_misuse(path, name))
-    if value is item.value:
-        return item
-    return from_plain(value, item) if isinstance(value, (dict, list)) else item.with_value(value)
+    value = _substitute_string(item.value, macros)
+    return item if value is item.value else item.with_value(value)
 
 
-def _substitute_string(text: str, macros: Mapping[str, Macro], misuse: list[str]) -> Any:
+def expand_keys(item: Item, macros: Mapping[str, Macro]) -> tuple[Item, list[tuple[int, str, str]]]:
+    """A mapping with macros substituted in its keys (llama-swap does this for a model's
+    `filters.setParamsByID` only), and (line, first key, second key) for two keys that
+    became the same."""
+    entries: dict[str, Entry] = {}
+    written: dict[str, str] = {}
+    clashes = []
+    for key, entry in item.value.items():
+        text = _substitute_string(key, macros)
+        new_key = text if isinstance(text, str) else scalar_text(text)
+        if new_key in entries:
+            clashes.append((entry.key_line, written[new_key], key))
+            continue
+        written[new_key] = key
+        entries[new_key] = Entry(new_key, entry.key_line, entry.item)
+    return item.with_value(entries), clashes
+
+
+def _substitute_string(text: str, macros: Mapping[str, Macro]) -> Any:
     whole = MACRO_REFERENCE.fullmatch(text)
     if whole and whole.group(1) in macros:
         return macros[whole.group(1)].value
 
     def replace(match: re.Match[str]) -> str:
         macro = macros.get(match.group(1))
-        if macro is None:
-            return match.group(0)
-        if not is_scalar(macro.value):
-            misuse.append(macro.name)
-            return match.group(0)
-        return scalar_text(macro.value)
+        return match.group(0) if macro is None else scalar_text(macro.value)
 
     result = MACRO_REFERENCE.sub(replace, text)
     return text if result == text else result
 
 
-def _mapping_misuse(path: str, name: str) -> str:
-    return f"{path}: macro '{name}' holds a mapping; use it as a whole value, not inside a string"
-
-
-def references(item: Item) -> Iterator[tuple[Item, str]]:
-    """Every `${...}` left in a string value of `item`, with the Item holding it."""
+def references(item: Item, path: str = "") -> Iterator[tuple[Item, str, str]]:
+    """Every `${...}` left in a string value of `item`: the Item holding it, the name, and the
+    holder's place in llama-swap's notation (`peers.p.filters.setParams.x`, `apiKeys[1]`)."""
     if item.is_mapping:
-        for entry in item.value.values():
-            yield from references(entry.item)
+        for key, entry in item.value.items():
+            yield from references(entry.item, f"{path}.{key}" if path else key)
     elif item.is_sequence:
-        for child in item.value:
-            yield from references(child)
+        for index, child in enumerate(item.value):
+            yield from references(child, f"{path}[{index}]")
     elif isinstance(item.value, str):
         for match in ANY_REFERENCE.finditer(item.value):
-            yield item, match.group(1)
+            yield item, match.group(1), path
+
+
+def unknown_macro(where: str, name: str) -> str:
+    """llama-swap's fault for a macro left unexpanded outside a model (`peers.p.apiKey: ...`)."""
+    return f"{where}: unknown macro '${{{name}}}'"
 
 
 def explain_unresolved(
-    item: Item, name: str, chain: list[Macro], resolved: Mapping[str, Macro], path: str
-) -> tuple[int, str] | None:
-    """Where an unresolved `${name}` was written and what is wrong with it.
+    item: Item, name: str, chain: list[Macro], resolved: Mapping[str, Macro], message: str
+) -> tuple[int, str]:
+    """Where an unresolved `${name}` was written, and the fault to report there.
 
-    Written in the field itself: an unknown macro. Otherwise it came through a macro's value:
-    point at that macro, and say when the macro it wants is declared after it. None when it
-    names a mapping macro used inside a string, which `expand` has reported already.
+    Written in the field itself: `message`, at its line. Otherwise it came through a macro's
+    value: the fault points at that macro, and says when the macro it wants is declared after it.
     """
-    if name in resolved and not is_scalar(resolved[name].value):
-        return None
     needle = f"${{{name}}}"
     line = locate(item, needle)
     if line is not None:
-        return line, f"{path}: unknown macro '{name}'"
+        return line, message
     names = [macro.name for macro in chain]
     for index, macro in enumerate(chain):
-        if needle in _all_text(macro.written):
+        if isinstance(macro.written, str) and needle in macro.written:
             if name in names[index + 1 :]:
                 return macro.line, (
-                    f"{macro.where}: uses macro '{name}', which is declared after it; declare '{name}' first"
+                    f"{macro.where}: unknown macro '{needle}': '{name}' is declared after '{macro.name}', "
+                    f"and a macro sees only the macros declared before it"
                 )
-            return macro.line, f"{macro.where}: unknown macro '{name}'"
-    return item.line, f"{path}: unknown macro '{name}'"
+            return macro.line, unknown_macro(macro.where, name)
+    return item.line, message
 
 
-
-def expand_global(
-    item: Item, path: str, global_macros: list[Macro], chain: Mapping[str, Macro], report: Report
-) -> Item:
-    """`item` (outside any model) with the global macros substituted; anything left as `${...}` is a fault."""
-    expanded = expand(item, chain, path, report)
-    for holder, name in references(expanded):
+def expand_global(item: Item, path: str, global_macros: list[Macro], chain: Mapping[str, Macro], report: Report) -> Item:
+    """A top-level setting (anything but `models`) with the global macros substituted; a
+    `${...}` left over is a fault, as llama-swap checks the settings it knows."""
+    expanded = expand(item, chain)
+    for holder, name, where in references(expanded, path):
         if ENV_NAME.match(name):
-            continue
+            continue  # reported as an unset variable already
+        message = unknown_macro(where, name)
         if name in RESERVED:
-            line = locate(holder, f"${{{name}}}") or holder.line
-            report(line, f"{path}: ${{{name}}} is only available in a model")
-            continue
-        explained = explain_unresolved(holder, name, global_macros, chain, path)
-        if explained is not None:
-            report(*explained)
+            message += f" (${{{name}}} is only available in a model)"
+        report(*explain_unresolved(holder, name, global_macros, chain, message))
     return expanded
-
-
-def _all_text(value: Any) -> str:
-    if isinstance(value, dict):
-        return "\n".join(_all_text(child) for child in value.values())
-    if isinstance(value, list):
-        return "\n".join(_all_text(child) for child in value)
-    return value if isinstance(value, str) else ""

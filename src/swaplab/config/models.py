@@ -2,24 +2,32 @@
 
 Ports go to models in sorted id order, and only to a model whose `cmd` asks for one, as
 llama-swap hands them out. Every `${...}` left once all macros are substituted is a
-fault, located in the field, or in the macro that brought it in.
+fault in llama-swap's words, located in the field, or in the macro that brought it in.
+A model without `cmd` loads, as in llama-swap, with `cmd=()`: it fails when started.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from swaplab.config import macros as macro_rules
 from swaplab.config.cmd import split_command
-from swaplab.config.macros import ENV_NAME, Macro
-from swaplab.config.model import ModelConfig
+from swaplab.config.macros import ENV_NAME, Macro, Report
+from swaplab.config.model import Capabilities, ModelConfig
 from swaplab.config.tree import Entry, Item, file_of, to_plain
 from swaplab.config.upstream import is_http_url, read_filters, read_timeouts
 from swaplab.config.yamlreader import YamlSection, shown
 
 DEFAULT_PROXY = "http://localhost:${PORT}"
+MODALITIES = ("text", "audio", "image")
+COMFYUI_MODEL_ID = "comfyui_auto"
+"""llama-swap's `/comfyui` model: its concurrency limit is at least 50 and it ignores websockets."""
+COMFYUI_CONCURRENCY_LIMIT = 50
+DIRECT_FIELDS = ("cmd", "cmdStop", "proxy", "checkEndpoint", "filters.stripParams", "name", "description")
+"""The fields whose leftover macro llama-swap reports as `unknown macro '${X}' found in m.cmd`."""
+PARAMS_BY_ID = ("filters", "setParamsByID")
 
 
 @dataclass(frozen=True)
@@ -36,21 +44,65 @@ class ModelDefaults:
 def read_models(
     section: YamlSection | None, global_macros: list[Macro], defaults: ModelDefaults, lines: Mapping[str, list[str]]
 ) -> dict[str, ModelConfig]:
-    """Every model that resolves, in the file's order; `lines` are the file's, for each entry's text."""
+    """Every model that resolves, in the file's order; `lines` are the file's, for each entry's text.
+
+    Each key of a model's `filters.setParamsByID` (other than its own id) becomes one of its
+    aliases, as in llama-swap.
+    """
     if section is None:
         return {}
     next_port = defaults.start_port
     resolved: dict[str, ModelConfig] = {}
+    params_lines: dict[str, dict[str, int]] = {}
     for model_id in sorted(section.entries):
         section.read_keys.add(model_id)
         entry = section.entries[model_id]
         if not entry.item.is_mapping:
             section.fault(entry, f"expected a mapping of model settings (cmd, proxy, ...), got {shown(entry.item)}")
             continue
-        resolved[model_id], uses_port = _model(section, model_id, entry, global_macros, defaults, next_port, lines)
+        model, uses_port, params_lines[model_id] = _model(
+            section, model_id, entry, global_macros, defaults, next_port, lines
+        )
+        resolved[model_id] = model
         if uses_port:
             next_port += 1
+    _register_params_aliases(section, resolved, params_lines)
     return {model_id: resolved[model_id] for model_id in section.entries if model_id in resolved}
+
+
+def _register_params_aliases(
+    section: YamlSection, models: dict[str, ModelConfig], params_lines: dict[str, dict[str, int]]
+) -> None:
+    """Each `setParamsByID` key becomes an alias of its model, in sorted id order, after every
+    explicit alias (llama-swap's load.go): a key naming another model, or another model's
+    alias, is a fault in llama-swap's words."""
+    owner: dict[str, str] = {}
+    for model in models.values():
+        for alias in model.aliases:
+            owner.setdefault(alias, model.id)
+    for model_id in sorted(models):
+        model = models[model_id]
+        added = []
+        for key in model.filters.set_params_by_id:
+            line = params_lines[model_id].get(key, model.line)
+            if key == model_id:
+                continue
+            if key in section.entries:
+                section.findings.fault(
+                    line, f"model {model_id} filters.setParamsByID: key '{key}' conflicts with an existing model ID"
+                )
+            elif key in owner:
+                if owner[key] != model_id:
+                    section.findings.fault(
+                        line,
+                        f"duplicate alias '{key}' in model {model_id} filters.setParamsByID, "
+                        f"already used by model {owner[key]}",
+                    )
+            else:
+                owner[key] = model_id
+                added.append(key)
+        if added:
+            models[model_id] = replace(model, aliases=model.aliases + tuple(added))
 
 
 def _model(
@@ -61,48 +113,96 @@ def _model(
     defaults: ModelDefaults,
     port: int,
     lines: Mapping[str, list[str]],
-) -> tuple[ModelConfig, bool]:
+) -> tuple[ModelConfig, bool, dict[str, int]]:
     path = f"models.{model_id}"
     report = models.findings.fault
-    model_macros = macro_rules.read_macros(entry.item.value.get("macros"), f"{path}.macros", report)
+    model_macros = macro_rules.read_macros(entry.item.value.get("macros"), f"{path}.macros", report, model_id)
     chain_list = macro_rules.merge(global_macros, model_macros, model_id)
-    chain = macro_rules.resolve_chain(chain_list, report)
+    chain = macro_rules.resolve_chain(chain_list)
 
     entries = dict(entry.item.value)
     proxy_defaulted = "proxy" not in entries or entries["proxy"].item.value is None
     if proxy_defaulted:
         entries["proxy"] = Entry("proxy", entry.key_line, Item(DEFAULT_PROXY, entry.key_line, source=DEFAULT_PROXY))
-    expanded: dict[str, Entry] = {}
-    for key, child in entries.items():
-        if key == "macros":
-            expanded[key] = child
-            continue
-        expanded[key] = Entry(key, child.key_line, macro_rules.expand(child.item, chain, f"{path}.{key}", report))
+    expanded = _expand(entries, chain, model_id, report)
 
     # ${PORT} is handed out only to a model whose cmd asks for one (llama-swap's rule).
     cmd_text = expanded["cmd"].item.value if "cmd" in expanded else None
     uses_port = isinstance(cmd_text, str) and "${PORT}" in cmd_text
     if uses_port:
-        port_macro = {"PORT": Macro("PORT", port, 0, port, "PORT")}
-        for key, child in expanded.items():
-            if key != "macros":
-                expanded[key] = Entry(key, child.key_line, macro_rules.expand(child.item, port_macro, path, report))
+        expanded = _expand(expanded, {"PORT": Macro("PORT", port, 0, port, "PORT")}, model_id, report)
+    _check_params_keys(expanded, model_id, report)
 
     for key, child in expanded.items():
         if key != "macros":
-            _check_references(models, child, f"{path}.{key}", chain_list, chain, proxy_defaulted, entry)
+            _check_references(models, model_id, child, chain_list, chain, proxy_defaulted, entry)
 
     model = YamlSection(models.findings, Item(expanded, entry.item.line), ("models", model_id))
     model.entry("macros")
+    model.entry("healthCheckTimeout")  # llama-swap's struct has it, and overwrites it with the global one
     built = _build_model(model_id, model, entry, defaults, lines)
     model.finish()
-    return built, uses_port
+    return built, uses_port, _params_key_lines(expanded)
+
+
+def _params_key_lines(expanded: dict[str, Entry]) -> dict[str, int]:
+    """The line of each (expanded) key of `filters.setParamsByID`."""
+    return {key: child.key_line for key, child in _params_by_id(expanded).items()}
+
+
+def _expand(entries: dict[str, Entry], chain: dict[str, Macro], model_id: str, report: Report) -> dict[str, Entry]:
+    """Every value but `macros` with `chain` substituted, and the keys of `filters.setParamsByID`."""
+    expanded: dict[str, Entry] = {}
+    for key, child in entries.items():
+        item = child.item if key == "macros" else macro_rules.expand(child.item, chain)
+        if key == PARAMS_BY_ID[0] and item.is_mapping:
+            by_id = item.value.get(PARAMS_BY_ID[1])
+            if by_id is not None and by_id.item.is_mapping:
+                keyed, clashes = macro_rules.expand_keys(by_id.item, chain)
+                for line, first, second in clashes:
+                    report(
+                        line,
+                        f'model {model_id} filters.setParamsByID: keys "{first}" and "{second}" resolve to the same value',
+                    )
+                item = item.with_value({**item.value, by_id.key: Entry(by_id.key, by_id.key_line, keyed)})
+        expanded[key] = Entry(key, child.key_line, item)
+    return expanded
+
+
+def _params_by_id(expanded: dict[str, Entry]) -> dict[str, Entry]:
+    """The entries of the model's `filters.setParamsByID` mapping (none when it has no such mapping)."""
+    filters = expanded.get(PARAMS_BY_ID[0])
+    by_id = filters.item.value.get(PARAMS_BY_ID[1]) if filters is not None and filters.item.is_mapping else None
+    return by_id.item.value if by_id is not None and by_id.item.is_mapping else {}
+
+
+def _check_params_keys(expanded: dict[str, Entry], model_id: str, report: Report) -> None:
+    """A `setParamsByID` key still holding `${...}` once every macro is in is a fault."""
+    for key, child in _params_by_id(expanded).items():
+        for match in macro_rules.MACRO_REFERENCE.finditer(key):
+            report(
+                child.key_line,
+                f"unknown macro '{match.group(0)}' found in model {model_id} filters.setParamsByID key",
+            )
+            break
+
+
+def _model_field_fault(model_id: str, field_path: str, name: str) -> str:
+    """llama-swap's fault for a macro left in a model's field (macros.go validateMacroUses)."""
+    field_path = re.sub(r"\[\d+\]", "", field_path)  # llama-swap names a list, not its item
+    if field_path in DIRECT_FIELDS:
+        if name in ("PORT", "MODEL_ID"):
+            return f"macro '${{{name}}}' should have been substituted in {model_id}.{field_path}"
+        return f"unknown macro '${{{name}}}' found in {model_id}.{field_path}"
+    top = field_path.split(".")[0]
+    context = f"model {model_id} {top if top in ('capabilities', 'metadata') else field_path}"
+    return f"{context}: unknown macro '${{{name}}}'"
 
 
 def _check_references(
     models: YamlSection,
+    model_id: str,
     child: Entry,
-    path: str,
     chain_list: list[Macro],
     chain: dict[str, Macro],
     proxy_defaulted: bool,
@@ -110,28 +210,29 @@ def _check_references(
 ) -> None:
     """Fault every `${...}` still in `child` once all macros and `${PORT}` are substituted."""
     report = models.findings.fault
-    for item, name in macro_rules.references(child.item):
+    for item, name, field_path in macro_rules.references(child.item, child.key):
         if ENV_NAME.match(name):
             continue  # reported as an unset variable already
-        if name == "PID":
-            if child.key != "cmdStop":
-                line = macro_rules.locate(item, "${PID}") or item.line
-                report(line, f"{path}: ${{PID}} is only available in cmdStop")
+        if name == "PID" and child.key == "cmdStop":
+            continue  # the fleet fills it in at stop time
+        line = macro_rules.locate(item, f"${{{name}}}")
+        if name == "PORT" and child.key == "proxy":
+            message = (
+                f"model {model_id}: proxy uses ${{PORT}} but cmd does not - ${{PORT}} is only available when used in cmd"
+            )
+            if proxy_defaulted:
+                message += f" (the default proxy {DEFAULT_PROXY} needs it: set proxy)"
+            report(model_entry.key_line if proxy_defaulted else line or item.line, message)
             continue
+        message = _model_field_fault(model_id, field_path, name)
         if name == "PORT":
-            if child.key == "proxy" and proxy_defaulted:
-                report(
-                    model_entry.key_line,
-                    f"{path.rsplit('.', 1)[0]}: cmd does not use ${{PORT}}, so proxy must be set "
-                    f"(the default {DEFAULT_PROXY} needs a port from cmd)",
-                )
-            else:
-                line = macro_rules.locate(item, "${PORT}") or item.line
-                report(line, f"{path}: uses ${{PORT}} but cmd does not; a port is assigned only when cmd uses ${{PORT}}")
+            message += " (a port is assigned only when cmd uses ${PORT})"
+        elif name == "PID":
+            message += " (${PID} is only available in cmdStop)"
+        if name in ("PORT", "PID"):
+            report(line or item.line, message)
             continue
-        explained = macro_rules.explain_unresolved(item, name, chain_list, chain, path)
-        if explained is not None:
-            report(*explained)
+        report(*macro_rules.explain_unresolved(item, name, chain_list, chain, message))
 
 
 def _build_model(
@@ -139,20 +240,33 @@ def _build_model(
 ) -> ModelConfig:
     cmd = _command(model, "cmd")
     if cmd is None and model.entry("cmd") is None:
-        model.findings.fault(entry.key_line, f"{model.where()}: cmd is required")
+        model.findings.warn(
+            entry.key_line, f"{model.where()}: no cmd, so starting this model fails (llama-swap loads it too)"
+        )
     cmd_stop = _command(model, "cmdStop")
     proxy = model.string("proxy", DEFAULT_PROXY)
     proxy_entry = model.entry("proxy")
     if "${" not in proxy and not is_http_url(proxy):
         model.fault(proxy_entry, f"expected an http:// or https:// URL, got '{proxy}'")
 
-    ttl = model.integer("ttl", -1)
+    ttl = model.read("ttl", _whole, "a whole number", -1)
     if ttl < -1:
-        model.fault(model.entries["ttl"], f"must be 0 (never unload) or more seconds, got {ttl}")
+        model.findings.fault(model.entries["ttl"].key_line, f"model {model_id}: invalid TTL value {ttl}")
     if ttl < 0:  # -1 is llama-swap's "not set": the global TTL applies
         ttl = defaults.global_ttl
     env = _env(model)
-    unload_timeout = model.number("unloadTimeout", 0.0) or defaults.unload_timeout
+    unload_timeout = model.read("unloadTimeout", _seconds, "a number of seconds", 0.0)
+    if unload_timeout < 0:
+        model.findings.fault(
+            model.entries["unloadTimeout"].key_line,
+            f"model {model_id}: invalid unloadTimeout value {model.entries['unloadTimeout'].item.text}",
+        )
+    unload_timeout = unload_timeout if unload_timeout > 0 else defaults.unload_timeout
+    concurrency_limit = model.integer("concurrencyLimit", 0, minimum=0)
+    ignore_websockets = _compat(model)
+    if model_id == COMFYUI_MODEL_ID:  # llama-swap's overrides for its /comfyui endpoint
+        concurrency_limit = max(concurrency_limit, COMFYUI_CONCURRENCY_LIMIT)
+        ignore_websockets = True
     devices = _devices(model)
     vram_gib = _vram(model, devices)
     metadata = model.mapping("metadata")
@@ -169,13 +283,15 @@ def _build_model(
         description=model.string("description"),
         unlisted=model.boolean("unlisted", False),
         use_model_name=model.string("useModelName"),
-        concurrency_limit=model.integer("concurrencyLimit", 0, minimum=0),
+        concurrency_limit=concurrency_limit,
         unload_timeout=unload_timeout,
         send_loading_state=model.boolean("sendLoadingState", defaults.send_loading_state),
         heartbeat_interval=model.number("heartbeatInterval", defaults.heartbeat_interval),
         metadata=to_plain(metadata) if metadata is not None else {},
         filters=read_filters(model, legacy_names=True),
         timeouts=read_timeouts(model, response_header=None),
+        capabilities=_capabilities(model_id, model),
+        ignore_websockets=ignore_websockets,
         devices=devices,
         vram_gib=vram_gib,
         raw_text=_raw_text(entry, lines),
@@ -184,6 +300,8 @@ def _build_model(
 
 
 def _command(model: YamlSection, key: str) -> list[str] | None:
+    """The command at `key` as argv; None when absent or wrong, [] when blank or only comments
+    (llama-swap loads such a model, and fails when it starts)."""
     entry = model.entry(key)
     if entry is None:
         return None
@@ -191,14 +309,69 @@ def _command(model: YamlSection, key: str) -> list[str] | None:
         model.fault(entry, f"expected a command line, got {shown(entry.item)}")
         return None
     try:
-        argv = split_command(entry.item.text)
+        return split_command(entry.item.text)
     except ValueError as error:
         model.fault(entry, f"cannot split into arguments: {error}")
         return None
-    if not argv:
-        model.fault(entry, "is empty once its comment lines are dropped")
-        return None
-    return argv
+
+
+def _whole(item: Item) -> int:
+    """A whole number, negative allowed (the caller says what a negative one means)."""
+    value = item.value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError()
+    return value
+
+
+def _seconds(item: Item) -> float:
+    """A number of seconds, negative allowed (the caller says what a negative one means)."""
+    if isinstance(item.value, bool) or not isinstance(item.value, (int, float)):
+        raise TypeError()
+    return float(item.value)
+
+
+def _compat(model: YamlSection) -> bool:
+    compat = model.section("compat")
+    if compat is None:
+        return False
+    ignore = compat.boolean("ignoreWebsockets", False)
+    compat.finish()
+    return ignore
+
+
+def _capabilities(model_id: str, model: YamlSection) -> Capabilities:
+    """`capabilities:`, validated as llama-swap validates it (modalities, context >= 0)."""
+    section = model.section("capabilities")
+    if section is None:
+        return Capabilities()
+    modalities = {}
+    for key in ("in", "out"):
+        names = []
+        for item in section.strings(key):
+            if item.text not in MODALITIES:
+                section.findings.fault(
+                    item.line,
+                    f'model {model_id}: capabilities.{key}: invalid modality "{item.text}", '
+                    f"must be one of: {', '.join(MODALITIES)}",
+                )
+            else:
+                names.append(item.text)
+        modalities[key] = tuple(names)
+    context = section.read("context", _whole, "a whole number", 0)
+    if context < 0:
+        section.findings.fault(section.entries["context"].key_line, f"model {model_id}: capabilities.context: must be >= 0")
+        context = 0
+    capabilities = Capabilities(
+        input=modalities["in"],
+        output=modalities["out"],
+        tools=section.boolean("tools", False),
+        reranker=section.boolean("reranker", False),
+        context=context,
+    )
+    section.finish()
+    return capabilities
 
 
 def _env(model: YamlSection) -> tuple[tuple[str, str], ...]:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from swaplab.config import macros as macro_rules
-from swaplab.config.macros import Macro
 from swaplab.config.model import PeerConfig
 from swaplab.config.upstream import is_http_url, read_filters, read_timeouts
 from swaplab.config.yamlreader import YamlSection, shown
 
 
-def read_peers(
-    section: YamlSection | None, global_macros: list[Macro], chain: dict[str, Macro]
-) -> dict[str, PeerConfig]:
-    """Each peer, global macros expanded: a proxy URL and at least one model are required."""
+def read_peers(section: YamlSection | None) -> dict[str, PeerConfig]:
+    """Each peer (global macros already expanded): a proxy URL and at least one model are required."""
     peers: dict[str, PeerConfig] = {}
     if section is None:
         return peers
@@ -22,13 +18,14 @@ def read_peers(
         if not entry.item.is_mapping:
             section.fault(entry, f"expected a mapping (proxy, apiKey, models, ...), got {shown(entry.item)}")
             continue
-        item = macro_rules.expand_global(entry.item, path, global_macros, chain, section.findings.fault)
-        peer = YamlSection(section.findings, item, section.path + (peer_id,))
+        peer = YamlSection(section.findings, entry.item, section.path + (peer_id,))
         proxy = peer.string("proxy")
         if not proxy:
             peer.findings.fault(entry.key_line, f"{path}: proxy is required")
         elif "${" not in proxy and not is_http_url(proxy):
-            peer.fault(peer.entries["proxy"], f"expected an http:// or https:// URL, got '{proxy}'")
+            peer.fault(
+                peer.entries["proxy"], f"invalid peer proxy URL ({proxy}): expected an http:// or https:// URL"
+            )
         models: list[str] = []
         for model in peer.strings("models"):
             if model.text not in models:
@@ -36,7 +33,7 @@ def read_peers(
         models_entry = peer.entries.get("models")
         wrong_type = models_entry is not None and models_entry.item.value is not None and not models_entry.item.is_sequence
         if not models and not wrong_type:  # a wrong type is reported already
-            peer.findings.fault(entry.key_line, f"{path}: models must list at least one model")
+            peer.findings.fault(entry.key_line, f"{path}: peer models can not be empty")
         peers[peer_id] = PeerConfig(
             id=peer_id,
             proxy=proxy,

@@ -6,8 +6,6 @@ import os
 import re
 from dataclasses import dataclass
 
-from swaplab.config import macros as macro_rules
-from swaplab.config.macros import Macro
 from swaplab.config.model import DeviceConfig
 from swaplab.config.yamlreader import YamlSection, shown
 
@@ -35,7 +33,8 @@ class Settings:
 
 
 def read_settings(top: YamlSection, config_path: str) -> Settings:
-    """The top-level scalars; an out-of-range timeout or log level is a warning and falls back."""
+    """The top-level scalars; a health-check timeout below 15 s or an unknown log level is a
+    warning and falls back, as llama-swap falls back silently."""
     health_check_timeout = top.number("healthCheckTimeout", 120.0)
     if health_check_timeout < MINIMUM_HEALTH_CHECK_TIMEOUT:
         entry = top.entries["healthCheckTimeout"]
@@ -45,7 +44,7 @@ def read_settings(top: YamlSection, config_path: str) -> Settings:
             f"{MINIMUM_HEALTH_CHECK_TIMEOUT:g}; using {MINIMUM_HEALTH_CHECK_TIMEOUT:g}",
         )
         health_check_timeout = MINIMUM_HEALTH_CHECK_TIMEOUT
-    log_level = top.string("logLevel", "info")
+    log_level = top.string("logLevel", "info").strip().lower()
     if log_level not in LOG_LEVELS:
         top.findings.warn(
             top.entries["logLevel"].key_line,
@@ -55,14 +54,33 @@ def read_settings(top: YamlSection, config_path: str) -> Settings:
     return Settings(
         health_check_timeout=health_check_timeout,
         log_level=log_level,
-        start_port=top.integer("startPort", 5800, minimum=1),
-        global_ttl=top.integer("globalTTL", 0, minimum=0),
-        unload_timeout=top.number("unloadTimeout", DEFAULT_UNLOAD_TIMEOUT) or DEFAULT_UNLOAD_TIMEOUT,
+        start_port=_at_least(top, "startPort", 5800, 1, "startPort must be greater than 1"),
+        global_ttl=_at_least(top, "globalTTL", 0, 0, "globalTTL must be >= 0"),
+        unload_timeout=_unload_timeout(top),
         include_aliases_in_list=top.boolean("includeAliasesInList", False),
         send_loading_state=top.boolean("sendLoadingState", False),
         heartbeat_interval=top.number("heartbeatInterval", DEFAULT_HEARTBEAT_INTERVAL),
         notes=_notes_folder(top.string("notes"), config_path),
     )
+
+
+def _at_least(top: YamlSection, key: str, default: int, minimum: int, fault: str) -> int:
+    """A whole number of at least `minimum`; below it is llama-swap's `fault`, and the default stands."""
+    value = top.integer(key, default)
+    if value < minimum:
+        top.findings.fault(top.entries[key].key_line, f"{fault}, got {value}")
+        return default
+    return value
+
+
+def _unload_timeout(top: YamlSection) -> float:
+    """Seconds a stopping model gets; 0 means llama-swap's default 10, below 0 is a fault."""
+    entry = top.entry("unloadTimeout")
+    value = entry.item.value if entry is not None else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        top.findings.fault(entry.key_line, f"unloadTimeout must be >= 0, got {entry.item.text}")
+        return DEFAULT_UNLOAD_TIMEOUT
+    return top.number("unloadTimeout", DEFAULT_UNLOAD_TIMEOUT) or DEFAULT_UNLOAD_TIMEOUT
 
 
 def _notes_folder(text: str, config_path: str) -> str | None:
@@ -72,16 +90,15 @@ def _notes_folder(text: str, config_path: str) -> str | None:
     return os.path.join(os.path.dirname(config_path), os.path.expanduser(text))
 
 
-def read_api_keys(top: YamlSection, global_macros: list[Macro], chain: dict[str, Macro]) -> tuple[str, ...]:
-    """`apiKeys:`, global macros expanded; an empty key or one with a space is a fault."""
+def read_api_keys(top: YamlSection) -> tuple[str, ...]:
+    """`apiKeys:` (global macros already expanded); an empty key or one with a space is a fault."""
     keys = []
-    for item in top.strings("apiKeys"):
-        item = macro_rules.expand_global(item, "apiKeys", global_macros, chain, top.findings.fault)
+    for index, item in enumerate(top.strings("apiKeys")):
         key = item.text
         if not key:
-            top.findings.fault(item.line, "apiKeys: an API key may not be empty")
+            top.findings.fault(item.line, "empty api key found in apiKeys")
         elif " " in key:
-            top.findings.fault(item.line, "apiKeys: an API key may not contain spaces")
+            top.findings.fault(item.line, f"apiKeys[{index}]: api key cannot contain spaces")
         else:
             keys.append(key)
     return tuple(keys)
