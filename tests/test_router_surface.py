@@ -186,6 +186,23 @@ models:
             assert (await response.json())["running"] == []
 
 
+async def test_a_model_without_cmd_loads_and_fails_only_when_started(router_factory):
+    # llama-swap loads such a config and fails the model's start; so does swaplab, at once and saying why.
+    router = router_factory(f"""
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+  nocmd:
+    proxy: http://127.0.0.1:9
+""")
+    body = {"model": "nocmd", "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        status, error, _ = await post(session, f"{router.url}/v1/chat/completions", body)
+        assert status >= 500 and "model 'nocmd' has no cmd" in error["error"]["message"]
+        status, _, _ = await post(session, f"{router.url}/v1/chat/completions", {**body, "model": "a"})
+        assert status == 200
+
+
 async def test_logs_stream_sends_backend_output_live(router_factory):
     router = router_factory(f"""
 models:

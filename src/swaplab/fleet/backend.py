@@ -242,6 +242,10 @@ class Backend:
 
     async def _spawn(self, run: Run) -> None:
         argv = list(self.model.cmd)
+        if not argv:  # the config loads such a model, as llama-swap's does; only starting it fails
+            raise BackendStartError(
+                f"model {self.id!r} has no cmd: it cannot be started (give it a cmd in the config)"
+            )
         env = {**os.environ, **device_env(self.model, os.environ), **self._extra_env, **dict(self.model.env)}
         loop = asyncio.get_running_loop()
         try:
