@@ -182,6 +182,22 @@ def test_set_params_by_id_faults(text, expected):
     assert faults_of(text) == expected
 
 
+def test_the_legacy_strip_params_is_read_when_strip_params_is_empty_and_never_unknown():
+    config = load(
+        """\
+        models:
+          a: {cmd: "s --port ${PORT}", filters: {stripParams: "top_k", strip_params: "top_p"}}
+          b: {cmd: "s --port ${PORT}", filters: {strip_params: "top_p, model"}}
+        peers:
+          p: {proxy: "http://h:1", models: [x], filters: {strip_params: top_p}}
+        """
+    )
+    assert config.models["a"].filters.strip_params == ("top_k",)
+    assert config.models["b"].filters.strip_params == ("top_p",)
+    # llama-swap reads the old spelling for a model only; a peer's is unknown to it too.
+    assert config.warnings == ("test.yaml:5: unknown key 'strip_params' ignored",)
+
+
 # -- capabilities, compat ----------------------------------------------------------------
 
 

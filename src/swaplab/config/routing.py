@@ -80,7 +80,8 @@ def read_routing(
     if matrix_at is not None:
         block = matrix_at[0].section(matrix_at[1])
         if block is not None:
-            matrix = read_matrix(block, list(models), aliases=names.aliases)
+            # every model as written, even one too broken to resolve (so it is not reported twice)
+            matrix = read_matrix(block, list(model_entries), aliases=names.aliases)
     if settings is not None:
         settings.finish()  # the block `use` did not pick is ignored unread, as in llama-swap
     if router is not None:

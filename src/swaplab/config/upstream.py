@@ -28,8 +28,9 @@ def read_filters(owner: YamlSection, legacy_names: bool) -> Filters:
     if section is None:
         return Filters()
     strip = _strip_params(section, "stripParams")
-    if legacy_names and not strip:
-        strip = _strip_params(section, "strip_params")
+    if legacy_names:  # read either way: llama-swap accepts it, and uses it when stripParams is empty
+        legacy = _strip_params(section, "strip_params")
+        strip = strip or legacy
     set_params = _params(section, section.mapping("setParams"), section.where("setParams"))
     by_id: dict[str, dict] = {}
     by_id_section = section.section("setParamsByID")
