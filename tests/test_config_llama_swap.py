@@ -7,6 +7,7 @@ down what the corpus leaves out (lines, warnings, swaplab's decisions where it d
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -795,3 +796,20 @@ def test_check_strict_makes_warnings_faults(tmp_path):
     assert (strict.returncode, strict.stdout, strict.stderr) == (1, f"{path}:4: unknown key 'colour' ignored\n", "")
     path.write_text(TWO)
     assert check("--strict").returncode == 0
+
+
+def test_show_prints_the_new_keys_as_json(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        TWO
+        + "routing:\n  router:\n    use: matrix\n    settings:\n      matrix: {vars: {A: a}, sets: {both: 'A & b'}}\n"
+        + "selectors:\n  s: {strategy: pin, targets: [a]}\nprofiles:\n  p: {pins: {x: s}}\n"
+    )
+    result = subprocess.run([str(SWAPLAB), "config", "show", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["router"] == "matrix"
+    assert document["matrix"] == {
+        "vars": {"A": "a"}, "evict_costs": {}, "sets": [{"name": "both", "expression": "A & b", "models": ["a", "b"]}]
+    }
+    assert document["selectors"]["s"]["targets"] == ["a"] and document["profiles"]["p"]["pins"] == {"x": "s"}

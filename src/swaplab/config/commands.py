@@ -104,6 +104,15 @@ def resolved_document(config: Config) -> dict[str, Any]:
     for peer in document["peers"].values():
         if peer["api_key"]:
             peer["api_key"] = REDACTED
+    if config.matrix is not None:  # each set as written and the models it names, not its parsed tree
+        document["matrix"] = {
+            "vars": config.matrix.vars,
+            "evict_costs": config.matrix.evict_costs,
+            "sets": [
+                {"name": matrix_set.name, "expression": matrix_set.expression, "models": sorted(matrix_set.models)}
+                for matrix_set in config.matrix.sets
+            ],
+        }
     return document
 
 
