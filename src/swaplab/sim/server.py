@@ -12,7 +12,7 @@ import zlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 from swaplab.errors import SwaplabError
 from swaplab.sim import chunks, messages
@@ -78,6 +78,7 @@ class Sim:
         self._emitted = 0
         self._crash_after = settings.crash_after_tokens or None
         self._ids = itertools.count(1)
+        self._last_request: dict[str, Any] | None = None
 
     def app(self) -> web.Application:
         """The aiohttp application; serve it with handler_cancellation=True."""
@@ -90,6 +91,8 @@ class Sim:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/sim/stats", self._stats)
+        app.router.add_get("/sim/last-request", self._last)
+        app.router.add_get("/sim/ws", self._websocket)
         return app
 
     def is_ready(self) -> bool:
@@ -115,9 +118,12 @@ class Sim:
         if not self.is_ready():
             return error(503, self._loading_message())
         try:
+            body = await _json_body(request)
+            # What a router sent (its filters, its rewritten `model`), for tests to read back.
+            self._last_request = {"path": request.path_qs, "body": body}
             plan = plan_request(
                 kind,
-                await _json_body(request),
+                body,
                 default_model=self.settings.model,
                 default_max_tokens=self.settings.default_max_tokens,
                 script=self.settings.script,
@@ -241,6 +247,27 @@ class Sim:
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(asdict(self.stats))
+
+    async def _last(self, request: web.Request) -> web.Response:
+        if self._last_request is None:
+            return _openai_error(404, "no generation request yet")
+        return web.json_response(self._last_request)
+
+    async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """An echo: each text or binary frame comes back as sent; `close CODE` closes with that code."""
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        async for message in socket:
+            if message.type is WSMsgType.TEXT:
+                if message.data.startswith("close "):
+                    await socket.close(code=int(message.data.split()[1]), message=b"asked to")
+                    break
+                await socket.send_str(message.data)
+            elif message.type is WSMsgType.BINARY:
+                await socket.send_bytes(message.data)
+        else:  # the client closed: say how, where a router's log shows it
+            print(f"sim: websocket closed by the client with code {socket.close_code}", file=sys.stderr, flush=True)
+        return socket
 
 
 async def _json_body(request: web.Request) -> Any:
