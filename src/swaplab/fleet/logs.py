@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -23,8 +24,10 @@ class LogHub:
     to the loop, so subscribers' queues, which are not thread-safe, are touched nowhere else.
     """
 
-    def __init__(self, lines_per_source: int = 2000):
+    def __init__(self, lines_per_source: int = 2000, echo: Callable[[LogLine], None] | None = None):
         self._lines_per_source = lines_per_source
+        self._echo = echo
+        """Also called with every line, on the hub's loop (`logToStdout` prints backends' output with it)."""
         self._buffers: dict[str, deque[LogLine]] = {}
         self._subscribers: set[asyncio.Queue[LogLine]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -56,6 +59,8 @@ class LogHub:
         if buffer is None:
             buffer = self._buffers[line.source] = deque(maxlen=self._lines_per_source)
         buffer.append(line)
+        if self._echo is not None:
+            self._echo(line)
         for queue in self._subscribers:
             if queue.full():
                 # A slow reader loses its oldest line rather than stalling a backend's drain.

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -24,7 +25,9 @@ from swaplab.config import config_sources, load_config_sources, load_config_text
 from swaplab.config.model import Config
 from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
+from swaplab.fleet.logs import LogLine
 from swaplab.router.app import Router
+from swaplab.router.logformat import RequestLog, console_formatter
 
 log = logging.getLogger("swaplab.router")
 
@@ -50,17 +53,38 @@ def load(config_path: str | None, port: int, notes: str | None = None, config_di
     return dataclasses.replace(config, notes=notes) if notes else config
 
 
-def configure_logging(level: str, hub: LogHub) -> None:
-    numeric = getattr(logging, level.upper(), logging.INFO)
-    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
-    console = logging.StreamHandler(sys.stderr)
-    console.setFormatter(formatter)
+def configure_logging(config: Config, hub: LogHub) -> None:
+    """The router's log: to the hub (`GET /logs`) always, to stdout as `logToStdout` says.
+
+    `proxy` (the default) prints the router's own lines, `upstream` the backends' output
+    (each line as `[model] text`), `both` both, `none` nothing. The time on the router's
+    lines follows `logTimeFormat`. Set once, at start (as llama-swap's).
+    """
+    numeric = getattr(logging, config.log_level.upper(), logging.INFO)
     to_hub = _HubHandler(hub)
     to_hub.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handlers: list[logging.Handler] = [to_hub]
+    if config.log_to_stdout in ("proxy", "both"):
+        console = logging.StreamHandler(sys.stdout)
+        console.setFormatter(console_formatter(config.log_time_format))
+        handlers.append(console)
     root = logging.getLogger("swaplab")
-    root.handlers[:] = [console, to_hub]
+    root.handlers[:] = handlers
     root.setLevel(numeric)
     root.propagate = False
+
+
+def upstream_echo(log_to_stdout: str) -> Callable[[LogLine], None] | None:
+    """What prints the backends' output to stdout (`logToStdout: upstream` or `both`), or None."""
+    if log_to_stdout not in ("upstream", "both"):
+        return None
+
+    def echo(line: LogLine) -> None:
+        if line.source != "router":  # the router's own lines reach stdout through logging, or not at all
+            sys.stdout.write(f"[{line.source}] {line.text}\n")
+            sys.stdout.flush()
+
+    return echo
 
 
 def default_state_dir(port: int) -> Path:
@@ -90,19 +114,24 @@ def serve(
             raise SwaplabError(f"--notes {notes}: no such folder")
         notes = os.path.abspath(notes)
     config = load(config_path, port, notes, config_dir)
-    hub = LogHub()
-    configure_logging(config.log_level, hub)
+    hub = LogHub(echo=upstream_echo(config.log_to_stdout))
+    configure_logging(config, hub)
     for warning in config.warnings:
         log.warning("%s", warning)
     directory = Path(state_dir) if state_dir else default_state_dir(port)
-    router = Router(config, state_dir=directory, logs=hub, db=db)
+    # `--db`, else the config's `store.path`, else the default store.
+    router = Router(config, state_dir=directory, logs=hub, db=db or config.store_path)
     reloader = ConfigReloader(router, config_path, port, notes, config_dir)
     return asyncio.run(_serve(router, host, port, reloader, watch_config))
 
 
 async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader, watch: bool) -> int:
     config = router.config
-    runner = web.AppRunner(compose(router), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+    runner = web.AppRunner(
+        compose(router), handler_cancellation=True, shutdown_timeout=2.0,
+        # `logRequests`: one line per request; without it aiohttp does no access logging at all.
+        access_log=log if config.log_requests else None, access_log_class=RequestLog,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     try:

@@ -1,0 +1,180 @@
+"""How the router's log lines look: llama-swap's `logTimeFormat` layouts and its one-line request log.
+
+`logTimeFormat` names one of Go's time layouts (`rfc3339`, `kitchen`, `stampmilli`, ...,
+case-insensitive); swaplab prints the time as Go would. `logRequests: true` turns on one
+line per request in llama-swap's access-log format.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+# llama-swap.go's table: name -> Go layout.
+LAYOUTS = {
+    "ansic": "Mon Jan _2 15:04:05 2006",
+    "unixdate": "Mon Jan _2 15:04:05 MST 2006",
+    "rubydate": "Mon Jan 02 15:04:05 -0700 2006",
+    "rfc822": "02 Jan 06 15:04 MST",
+    "rfc822z": "02 Jan 06 15:04 -0700",
+    "rfc850": "Monday, 02-Jan-06 15:04:05 MST",
+    "rfc1123": "Mon, 02 Jan 2006 15:04:05 MST",
+    "rfc1123z": "Mon, 02 Jan 2006 15:04:05 -0700",
+    "rfc3339": "2006-01-02T15:04:05Z07:00",
+    "rfc3339nano": "2006-01-02T15:04:05.999999999Z07:00",
+    "kitchen": "3:04PM",
+    "stamp": "Jan _2 15:04:05",
+    "stampmilli": "Jan _2 15:04:05.000",
+    "stampmicro": "Jan _2 15:04:05.000000",
+    "stampnano": "Jan _2 15:04:05.000000000",
+}
+# swaplab's own stamp when the config names no layout.
+DEFAULT_TIME_FORMAT = "%H:%M:%S"
+
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+
+
+def layout_of(name: str) -> str | None:
+    """The Go layout `logTimeFormat` names (trimmed, any case); None for "" or a name llama-swap does not know."""
+    return LAYOUTS.get(name.strip().lower())
+
+
+def _offset(when: datetime.datetime, colon: bool, zulu: bool) -> str:
+    offset = when.utcoffset() or datetime.timedelta(0)
+    if zulu and not offset:
+        return "Z"
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    hours, minutes = divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{minutes:02d}" if colon else f"{sign}{hours:02d}{minutes:02d}"
+
+
+def _tokens(when: datetime.datetime, nanosecond: int) -> list[tuple[str, str]]:
+    """Go's layout elements, longest first, each with its text for `when`."""
+    hour12 = when.hour % 12 or 12
+    fraction = f"{nanosecond:09d}"
+    return [
+        ("Z07:00", _offset(when, colon=True, zulu=True)),
+        ("-0700", _offset(when, colon=False, zulu=False)),
+        (".999999999", ("." + fraction).rstrip("0").rstrip(".")),
+        (".000000000", "." + fraction),
+        (".000000", "." + fraction[:6]),
+        (".000", "." + fraction[:3]),
+        ("January", _MONTHS[when.month - 1]),
+        ("Monday", _DAYS[when.weekday()]),
+        ("2006", f"{when.year:04d}"),
+        ("MST", when.tzname() or _offset(when, colon=False, zulu=False)),
+        ("Jan", _MONTHS[when.month - 1][:3]),
+        ("Mon", _DAYS[when.weekday()][:3]),
+        ("_2", f"{when.day:2d}"),
+        ("01", f"{when.month:02d}"),
+        ("02", f"{when.day:02d}"),
+        ("06", f"{when.year % 100:02d}"),
+        ("15", f"{when.hour:02d}"),
+        ("03", f"{hour12:02d}"),
+        ("04", f"{when.minute:02d}"),
+        ("05", f"{when.second:02d}"),
+        ("PM", "PM" if when.hour >= 12 else "AM"),
+        ("3", str(hour12)),
+    ]
+
+
+def format_go_time(layout: str, when: datetime.datetime, nanosecond: int | None = None) -> str:
+    """`when` written by Go's `time.Format(layout)`, for the elements llama-swap's layouts use."""
+    tokens = _tokens(when, when.microsecond * 1000 if nanosecond is None else nanosecond)
+    out: list[str] = []
+    position = 0
+    while position < len(layout):
+        for token, text in tokens:
+            if layout.startswith(token, position):
+                out.append(text)
+                position += len(token)
+                break
+        else:
+            out.append(layout[position])
+            position += 1
+    return "".join(out)
+
+
+class GoTimeFormatter(logging.Formatter):
+    """swaplab's log line with its time written in a Go layout; no time at all for a layout of None."""
+
+    def __init__(self, layout: str | None):
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s" if layout else
+                         "%(levelname)s %(name)s: %(message)s")
+        self.layout = layout
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+        assert self.layout is not None
+        when = datetime.datetime.fromtimestamp(record.created).astimezone()
+        return format_go_time(self.layout, when)
+
+
+def console_formatter(log_time_format: str) -> logging.Formatter:
+    """The console's formatter: swaplab's `HH:MM:SS` when the config names no layout, else the layout
+    (a name llama-swap does not know means no time, as in llama-swap)."""
+    if not log_time_format.strip():
+        return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", DEFAULT_TIME_FORMAT)
+    return GoTimeFormatter(layout_of(log_time_format))
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's `%v` writes it (`1.5s`, `12.345ms`, `850µs`, `0s`)."""
+    nanoseconds = round(seconds * 1e9)
+    if nanoseconds == 0:
+        return "0s"
+    sign = "-" if nanoseconds < 0 else ""
+    nanoseconds = abs(nanoseconds)
+    if nanoseconds < 1_000:
+        return f"{sign}{nanoseconds}ns"
+    if nanoseconds < 1_000_000:
+        return f"{sign}{_trim(nanoseconds / 1_000)}µs"
+    if nanoseconds < 1_000_000_000:
+        return f"{sign}{_trim(nanoseconds / 1_000_000)}ms"
+    whole, rest = divmod(nanoseconds, 1_000_000_000)
+    hours, whole = divmod(whole, 3600)
+    minutes, whole = divmod(whole, 60)
+    text = f"{_trim(whole + rest / 1e9)}s"
+    if hours or minutes:
+        text = f"{minutes}m{text}"
+    if hours:
+        text = f"{hours}h{text}"
+    return sign + text
+
+
+def _trim(value: float) -> str:
+    return f"{value:.9f}".rstrip("0").rstrip(".")
+
+
+# Polled often; llama-swap leaves them out of the request log.
+UNLOGGED_PREFIXES = ("/wol-health", "/api/performance", "/metrics")
+
+
+class RequestLog(AbstractAccessLogger):
+    """`logRequests: true`: one line per request, as llama-swap's request log writes it:
+    `Request IP "METHOD PATH PROTO" STATUS BYTES "USER-AGENT" DURATION`."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        if request.path.startswith(UNLOGGED_PREFIXES):
+            return
+        version = f"HTTP/{request.version.major}.{request.version.minor}"
+        self.logger.info(
+            'Request %s "%s %s %s" %d %d "%s" %s', client_address(request), request.method, request.path, version,
+            response.status, response.body_length, request.headers.get("User-Agent", ""), go_duration(time),
+        )
+
+
+def client_address(request: web.BaseRequest) -> str:
+    """The first `X-Forwarded-For` address, else `X-Real-IP`, else the peer's."""
+    forwarded = request.headers.get("X-Forwarded-For")
+    if forwarded:
+        return forwarded.split(",", 1)[0].strip()
+    real = request.headers.get("X-Real-IP")
+    if real:
+        return real.strip()
+    return request.remote or ""
