@@ -226,7 +226,10 @@ def _check(settings: GrillSettings) -> None:
 
 
 async def metadata_temperature(client: OpenAIClient, info: ServerInfo) -> float:
-    """The model's own sampling temperature from its config `metadata` (a router's /v1/models `meta`), else 0.2.
+    """The model's own sampling temperature from its config `metadata`, else 0.2.
+
+    A router lists it as llama-swap does, under `/v1/models` `meta.llamaswap`; swaplab before
+    issue 13 put the metadata in `meta` itself, so that is read too.
 
     The seed's model card wanted 0.7 for tool calling: the config is where such a choice lives.
     """
@@ -235,7 +238,9 @@ async def metadata_temperature(client: OpenAIClient, info: ServerInfo) -> float:
     for entry in entries if isinstance(entries, list) else ():
         if isinstance(entry, dict) and entry.get("id") in (info.model_id, info.model):
             meta = entry.get("meta")
-            value = meta.get("temperature") if isinstance(meta, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            llamaswap = meta.get("llamaswap")
+            value = llamaswap.get("temperature") if isinstance(llamaswap, dict) else meta.get("temperature")
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
                 return float(value)
     return DEFAULT_TEMPERATURE

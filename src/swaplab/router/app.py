@@ -31,7 +31,10 @@ from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch
 from swaplab.router.proxy import UpstreamPools
-from swaplab.router.responses import error_response, unknown_model
+from swaplab.router.listing import model_records, peer_record
+from swaplab.router.profiles import ProfileSwitch
+from swaplab.router.profiles import listing as profile_listing
+from swaplab.router.responses import error_response, llama_swap_error, unknown_model
 from swaplab.router.ui import add_ui_routes
 
 log = logging.getLogger("swaplab.router")
@@ -61,7 +64,8 @@ class Router:
             lambda peer: self.pools.session(peer.proxy, peer.timeouts),
             on_change=self.metrics.peer_availability,
         )
-        self.forwarder = Forwarder(self.fleet, self.peers, self.pools, self.metrics, self._record)
+        self.profiles = ProfileSwitch()
+        self.forwarder = Forwarder(self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles)
         self.started = time.time()
         self._background: set[asyncio.Task[Any]] = set()
         self._ended: list[RequestObservation] = []
@@ -82,6 +86,8 @@ class Router:
         app.router.add_route("*", "/upstream/{tail:.+}", self.forwarder.handle_upstream)
         app.router.add_get("/v1/models", self.handle_models)
         app.router.add_get("/api/models", self.handle_api_models)
+        app.router.add_get("/api/profiles", self.handle_profiles)
+        app.router.add_put("/api/profiles/active", self.handle_activate_profile)
         app.router.add_get("/running", self.handle_running)
         app.router.add_post("/load", self.handle_load)
         app.router.add_post("/unload", self.handle_unload)
@@ -166,6 +172,7 @@ class Router:
         added = sorted(m for m in new.models if m not in old.models)
         self.peers.start(new)
         await self.fleet.reconfigure(new, changed)
+        self.profiles.reset()  # as llama-swap: every config starts with no profile active
         log.info("config reloaded: %d changed or removed (%s), %d added (%s)",
                  len(changed), ", ".join(changed) or "-", len(added), ", ".join(added) or "-")
         return {"changed": changed, "added": added}
@@ -173,35 +180,34 @@ class Router:
     # -- router endpoints ------------------------------------------------------
 
     async def handle_models(self, request: web.Request) -> web.Response:
-        """OpenAI's model list: local models with their status, peer models as `peer/model`."""
+        """OpenAI's model list (`listing`): local models, aliases, selectors, the active profile's pins, peers' models."""
+        config = self.config
         created = int(self.started)
-        data = []
-        for model in self.config.models.values():
-            if model.unlisted:
-                continue
-            entry = {
-                "id": model.id,
-                "object": "model",
-                "created": created,
-                "owned_by": "swaplab",
-                "name": model.name or model.id,
-                "description": model.description,
-                "status": str(self.fleet.state_of(model.id)),
-            }
-            if model.metadata:
-                entry["meta"] = model.metadata
-            data.append(entry)
-            if self.config.include_aliases_in_list:
-                data.extend({**entry, "id": alias, "alias_of": model.id} for alias in model.aliases)
-        for peer in self.config.peers.values():
+        data = model_records(config, self.fleet.state_of, created, self.profiles.pins(config))
+        for peer in config.peers.values():
             for name in peer.models:
                 health = self.peers.health(peer.id, name)
-                entry = {"id": f"{peer.id}/{name}", "object": "model", "created": created, "owned_by": peer.id,
-                         "peer": peer.id, "status": "available" if health.available else "unavailable"}
+                entry = peer_record(peer.id, name, created)
+                entry["peer"] = peer.id
+                entry["status"] = "available" if health.available else "unavailable"
                 if not health.available:
                     entry["unavailable_reason"] = health.reason
                 data.append(entry)
-        return web.json_response({"object": "list", "data": data})
+        response = web.json_response({"object": "list", "data": data})
+        if "Origin" in request.headers:  # browser clients may read the list, as llama-swap lets them
+            response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
+        return response
+
+    async def handle_profiles(self, request: web.Request) -> web.Response:
+        """`GET /api/profiles`: `{"active": NAME | null, "profiles": [{"id", "description", "pins"}]}`."""
+        return web.json_response(profile_listing(self.config, self.profiles.active))
+
+    async def handle_activate_profile(self, request: web.Request) -> web.Response:
+        """`PUT /api/profiles/active` with `{"name": NAME | null}`: `{"active": NAME | null}`, or llama-swap's error."""
+        status, answer = self.profiles.activate(self.config, await request.read())
+        if isinstance(answer, str):
+            return llama_swap_error(request.headers.get("Accept", ""), status, answer)
+        return web.json_response(answer)
 
     async def handle_api_models(self, request: web.Request) -> web.Response:
         """Everything the web page shows about each model, unlisted ones included."""

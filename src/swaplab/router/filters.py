@@ -1,4 +1,9 @@
-"""Request body rewriting: the upstream's name for the model and a model's or peer's `filters`."""
+"""Request body rewriting: the upstream's name for the model and a model's or peer's `filters`.
+
+In llama-swap's order: `useModelName`, `stripParams`, `setParams`, then `setParamsByID`
+for the name the request asked for, so a per-name value overrides `setParams`. Keys are
+sjson paths (`jsonpath`): `a.b` reaches into a nested object.
+"""
 
 from __future__ import annotations
 
@@ -8,27 +13,60 @@ from typing import Any
 import orjson
 
 from swaplab.config.model import Filters
+from swaplab.router.jsonpath import delete_path, is_path, set_path
 
 PROTECTED = frozenset({"model"})
 
 
-def rewrite(document: dict[str, Any], upstream_model: str | None, filters: Filters) -> dict[str, Any] | None:
-    """The body to send instead of `document`, or None when nothing changes (the original bytes go)."""
+def rewrite(
+    document: dict[str, Any], upstream_model: str | None, filters: Filters, requested: str | None = None
+) -> dict[str, Any] | None:
+    """The body to send instead of `document`, or None when nothing changes (the original bytes go).
+
+    `requested` is the name the request routes by (after a profile's or a selector's
+    rewriting): its `setParamsByID` entry, if any, applies last.
+    """
     changed = False
     result = document
     if upstream_model is not None and document.get("model") != upstream_model:
         result = {**result, "model": upstream_model}
         changed = True
-    strip = [key for key in filters.strip_params if key not in PROTECTED and key in result]
-    if strip:
-        result = {key: value for key, value in result.items() if key not in strip}
-        changed = True
-    if filters.set_params:
-        updates = {key: value for key, value in filters.set_params.items() if key not in PROTECTED}
-        if any(result.get(key, _MISSING) != value for key, value in updates.items()):
-            result = {**result, **updates}
+    if filters.strip_params:
+        stripped = _strip(result, filters.strip_params)
+        if stripped is not result:
+            result = stripped
             changed = True
+    if filters.set_params:
+        result, changed = _set(result, filters.set_params, changed)
+    if filters.set_params_by_id and requested is not None:
+        by_name = filters.set_params_by_id.get(requested)
+        if by_name:
+            result, changed = _set(result, by_name, changed)
     return result if changed else None
+
+
+def _strip(document: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """`document` without `names` (the same object when none of them is there)."""
+    flat = [name for name in names if name not in PROTECTED and name in document and not is_path(name)]
+    result = {key: value for key, value in document.items() if key not in flat} if flat else document
+    for name in names:
+        if is_path(name):
+            result = delete_path(result, name)
+    return result
+
+
+def _set(document: dict[str, Any], params: dict[str, Any], changed: bool) -> tuple[dict[str, Any], bool]:
+    """`params` set on `document`, in sorted key order; whether anything (now or before) changed."""
+    for key in params:
+        if "." in key or "\\" in key or key[:1] == ":":  # `is_path`, inline: every filtered request asks
+            for name in sorted(params):  # an `a` and an `a.b` apply in llama-swap's order
+                if name not in PROTECTED:
+                    document = set_path(document, name, params[name])
+            return document, True
+    updates = {key: value for key, value in params.items() if key not in PROTECTED}
+    if any(document.get(key, _MISSING) != value for key, value in updates.items()):
+        return {**document, **updates}, True
+    return document, changed
 
 
 def encode(document: dict[str, Any]) -> bytes:

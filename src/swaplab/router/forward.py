@@ -1,18 +1,22 @@
 """The model request path: which server a request goes to, its admission, and the relay.
 
 A request names a model (JSON `model`, a form field, `?model=`, or `/upstream/<model>/`);
-a local one is admitted through the fleet (at once when it is ready and nothing is
-queued), its body rewritten by the entry's `filters`, and relayed to the backend; a
-backend that crashed under it is restarted and the request sent once more. A peer's
-model is relayed to the peer. Each request is observed from start to end and handed to
-`record`. Every request passes here: nothing is added to this path without measuring
-it (docs/performance.md).
+while a profile is active, or a selector is named, the name is first rewritten
+(`_forward_routed`: llama-swap's profile, then selector). A local model is admitted
+through the fleet (at once when it is ready and nothing is queued), its body rewritten by
+the entry's `filters`, and relayed to the backend; a backend that crashed under it is
+restarted and the request sent once more. A peer's model is relayed to the peer.
+`/upstream/` also answers `upstream.ignorePaths` and relays websockets. Each request is
+observed from start to end and handed to `record`. Every request passes here: nothing is
+added to this path without measuring it (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,8 +37,13 @@ from swaplab.router.loading import loading_event, progress_text, wants_loading_s
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch, peer_credentials
 from swaplab.router.proxy import UpstreamError, UpstreamPools, forward_headers, open_upstream, relay
-from swaplab.router.responses import error_response, unknown_model
-from swaplab.router.targets import PeerTarget, model_from_body, resolve, split_upstream_path
+from swaplab.router.profiles import ProfileSwitch, upstream_pin
+from swaplab.router.responses import error_response, llama_swap_error, unknown_model
+from swaplab.router.selectors import Choice, NoTarget, Selectors
+from swaplab.router.targets import (
+    LocalTarget, PeerTarget, model_from_body, replace_multipart_field, resolve, split_upstream_path,
+)
+from swaplab.router.websocket import is_upgrade, relay_websocket
 
 log = logging.getLogger("swaplab.router")
 
@@ -71,8 +80,12 @@ class Forwarder:
         pools: UpstreamPools,
         metrics: Metrics,
         record: Callable[[RequestObservation], None],
+        profiles: ProfileSwitch | None = None,
     ):
         self.fleet = fleet
+        self.profiles = profiles or ProfileSwitch()
+        """The active profile (the router's; `PUT /api/profiles/active` changes it)."""
+        self._selectors = Selectors(fleet.config)
         self.peers = peers
         self.metrics = metrics
         self._record = record
@@ -88,20 +101,91 @@ class Forwarder:
     async def handle_model_request(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         name, document = model_from_body(request.headers.get("Content-Type", ""), body)
+        in_query = not name
         name = name or request.query.get("model")
         if not name:
             return error_response(400, "the request names no model (JSON `model`, form field `model` or ?model=)")
+        if self.profiles.active is not None or self.config.selectors:
+            return await self._forward_routed(request, name, in_query, body, document)
         return await self._forward(request, name, request.path_qs, body, document)
 
+    async def _forward_routed(
+        self, request: web.Request, name: str, in_query: bool, body: bytes, document: dict | None
+    ) -> web.StreamResponse:
+        """llama-swap's order: the active profile's pin replaces the name, then a selector picks its target.
+
+        The request then goes on under the new name, which the upstream sees too (the
+        JSON `model`, the form field, or `?model=`), and which `setParamsByID` is keyed by.
+        """
+        config = self.config
+        requested = name
+        pins = self.profiles.pins(config)
+        if pins is not None and name in pins:
+            name = pins[name]
+            if not name:  # a disabled pin
+                return llama_swap_error(request.headers.get("Accept", ""), 404, "no model id could be identified")
+        choice: Choice | None = None
+        selector = config.selectors.get(name)
+        if selector is not None:
+            if self._selectors.config is not config:
+                self._selectors = Selectors(config)  # a reload: reservations start afresh
+            try:
+                choice = self._selectors.choose(selector, self.fleet.state_of)
+            except NoTarget as error:
+                return llama_swap_error(request.headers.get("Accept", ""), 503, str(error))
+            log.debug("selector: id=%s target=%s", name, choice.target)
+            name = choice.target
+        path = request.path_qs
+        if name != requested:
+            if in_query:
+                path = str(request.rel_url.update_query(model=name))
+            elif document is not None:
+                document = {**document, "model": name}
+                body = filters.encode(document)
+            else:
+                body = replace_multipart_field(request.headers.get("Content-Type", ""), body, "model", name)
+        try:
+            return await self._forward(request, name, path, body, document)
+        finally:
+            if choice is not None and choice.release is not None:
+                choice.release()
+
     async def handle_upstream(self, request: web.Request) -> web.StreamResponse:
-        split = split_upstream_path(self.config, request.match_info["tail"])
+        """`/upstream/<model>/<path>`: any request to the model's own server, websockets included."""
+        config = self.config
+        tail = request.match_info["tail"]
+        accept = request.headers.get("Accept", "")
+        pins = self.profiles.pins(config)
+        if pins:
+            pinned = upstream_pin(pins, tail)
+            if pinned is not None:
+                pin, target = pinned
+                if not target:
+                    return llama_swap_error(accept, 404, "model not found")
+                tail = target + tail[len(pin):]
+        split = split_upstream_path(config, tail)
         if split is None:
-            return unknown_model(self.config, request.match_info["tail"].split("/")[0])
+            return unknown_model(config, tail.split("/")[0])
         name, path = split
-        if request.query_string:
-            path = f"{path}?{request.query_string}"
+        if path == "/" and not request.path.endswith("/"):
+            # Relative URLs in the upstream's pages resolve against the model's folder.
+            location = f"/upstream/{name}/" + (f"?{request.query_string}" if request.query_string else "")
+            redirect = web.HTTPMovedPermanently if request.method in ("GET", "HEAD") else web.HTTPPermanentRedirect
+            return redirect(location)
+        target = resolve(config, name)
+        websocket = is_upgrade(request.headers)
+        if isinstance(target, LocalTarget):
+            model_id = target.model_id
+            if _ignored_path(config.ignore_paths, path) and self.fleet.state_of(model_id) is not State.READY:
+                return llama_swap_error(
+                    accept, 409, f"model {model_id} is not loaded; path matches upstream.ignorePaths"
+                )
+            if websocket:
+                return await self._websocket_to_model(request, model_id, name, _with_query(path, request))
+        elif websocket and isinstance(target, PeerTarget):
+            return await self._websocket_to_peer(request, target, name, _with_query(path, request))
         body = await request.read()
-        return await self._forward(request, name, path, body, None)
+        return await self._forward(request, name, _with_query(path, request), body, None)
 
     async def _forward(
         self, request: web.Request, name: str, path: str, body: bytes, document: dict | None
@@ -132,12 +216,8 @@ class Forwarder:
                 if lease is None:
                     loading = keepalive is not None and wants_loading_state(model, path, document)
                     lease = await self._acquire(model_id, keepalive, loading)
-            except OverCapacity as error:
-                return await _failed(observation, 429, str(error), "rate_limit_exceeded", error.retry_after, keepalive)
-            except BackendUnavailable as error:
-                return await _failed(observation, 503, str(error), "model_unavailable", error.retry_after, keepalive)
             except SwaplabError as error:
-                return await _failed(observation, 503, str(error), "model_unavailable", None, keepalive)
+                return await _failed(observation, *_refusal(error), keepalive)
             except asyncio.CancelledError:
                 observation.end(completed=False, disconnected=True)  # left while queued
                 raise
@@ -145,7 +225,9 @@ class Forwarder:
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.
                 model = lease.model
-                sent = body if document is None else self._filtered(body, document, model.use_model_name or None, model.filters)
+                sent = body if document is None else self._filtered(
+                    body, document, model.use_model_name or None, model.filters, name
+                )
                 try:
                     upstream = await open_upstream(
                         self._upstream_session(model.proxy, model.timeouts),
@@ -153,7 +235,6 @@ class Forwarder:
                         model.proxy.rstrip("/") + path,
                         self._upstream_headers(request, None),
                         sent,
-                        connect_timeout=model.timeouts.connect,
                         response_header_timeout=model.timeouts.response_header,
                     )
                 except UpstreamError as error:
@@ -252,7 +333,7 @@ class Forwarder:
                 "model_unavailable",
             )
         if document is not None:
-            body = self._filtered(body, document, target.model, peer.filters)
+            body = self._filtered(body, document, target.model, peer.filters, name)
         dialect = stream_dialect(path, document)
         keepalive = None
         if dialect is not None:
@@ -270,7 +351,6 @@ class Forwarder:
                     peer.proxy.rstrip("/") + path,
                     self._upstream_headers(request, peer_credentials(peer)),
                     body,
-                    connect_timeout=peer.timeouts.connect,
                     response_header_timeout=peer.timeouts.response_header,
                 )
             except UpstreamError as error:
@@ -284,10 +364,58 @@ class Forwarder:
                 await keepalive.stop()
 
     @staticmethod
-    def _filtered(body: bytes, document: dict, upstream_model: str | None, rules: Filters) -> bytes:
-        """The model's upstream name and `filters` applied; the original bytes when nothing changes."""
-        rewritten = filters.rewrite(document, upstream_model, rules)
+    def _filtered(body: bytes, document: dict, upstream_model: str | None, rules: Filters, requested: str) -> bytes:
+        """The model's upstream name and `filters` (`setParamsByID` by the `requested` name) applied;
+        the original bytes when nothing changes."""
+        rewritten = filters.rewrite(document, upstream_model, rules, requested)
         return body if rewritten is None else filters.encode(rewritten)
+
+    async def _websocket_to_model(
+        self, request: web.Request, model_id: str, name: str, path: str
+    ) -> web.StreamResponse:
+        """A websocket to a local model: admitted like any request and held for the socket's life,
+        unless the model has `compat.ignoreWebsockets` (then only while it is ready, and unadmitted)."""
+        observation = RequestObservation(model_id, path, requested_model=name, on_end=self._record)
+        model = self.config.models[model_id]
+        lease: Lease | None = None
+        if model.ignore_websockets:
+            # Outside admission: it neither starts the model, nor counts, nor keeps it
+            # from being swapped out (and is cut when it is).
+            if self.fleet.state_of(model_id) is not State.READY:
+                message = f"model {model_id} is not loaded; ignored websocket requests cannot start it"
+                observation.fail(409, message)
+                return llama_swap_error(request.headers.get("Accept", ""), 409, message)
+        else:
+            try:
+                lease = self.fleet.admit_now(model_id) or await self.fleet.acquire(model_id)
+            except SwaplabError as error:
+                return await _failed(observation, *_refusal(error))
+            except asyncio.CancelledError:
+                observation.end(completed=False, disconnected=True)
+                raise
+            model = lease.model
+        try:
+            response, completed = await relay_websocket(
+                request, self._upstream_session(model.proxy, model.timeouts), model.proxy.rstrip("/") + path,
+                self._upstream_headers(request, None), observation,
+            )
+            if lease is not None:
+                lease.completed = completed
+            return response
+        finally:
+            if lease is not None:
+                self.fleet.release(lease, succeeded=lease.completed)
+
+    async def _websocket_to_peer(
+        self, request: web.Request, target: PeerTarget, name: str, path: str
+    ) -> web.StreamResponse:
+        peer = target.peer
+        observation = RequestObservation(target.model, path, peer=peer.id, requested_model=name, on_end=self._record)
+        response, _ = await relay_websocket(
+            request, self._upstream_session(peer.proxy, peer.timeouts), peer.proxy.rstrip("/") + path,
+            self._upstream_headers(request, peer_credentials(peer)), observation,
+        )
+        return response
 
     def _upstream_headers(self, request: web.Request, credentials: dict[str, str] | None) -> CIMultiDict[str]:
         """The headers sent upstream: the client's, less hop-by-hop ones, plus a peer's `credentials`."""
@@ -331,3 +459,26 @@ async def _failed(
     if retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(retry_after)))
     return response
+
+
+def _refusal(error: SwaplabError) -> tuple[int, str, str, float | None]:
+    """What the client is told when the fleet refuses a request: status, message, error type, Retry-After."""
+    if isinstance(error, OverCapacity):
+        return 429, str(error), "rate_limit_exceeded", error.retry_after
+    if isinstance(error, BackendUnavailable):
+        return 503, str(error), "model_unavailable", error.retry_after
+    return 503, str(error), "model_unavailable", None
+
+
+def _with_query(path: str, request: web.Request) -> str:
+    return f"{path}?{request.query_string}" if request.query_string else path
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(pattern) for pattern in patterns)
+
+
+def _ignored_path(patterns: tuple[str, ...], path: str) -> bool:
+    """`upstream.ignorePaths`: whether a pattern matches anywhere in `path` (Go's `MatchString`: unanchored)."""
+    return any(pattern.search(path) for pattern in _compiled(patterns))

@@ -109,7 +109,7 @@ class GoTimeFormatter(logging.Formatter):
                          "%(levelname)s %(name)s: %(message)s")
         self.layout = layout
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         assert self.layout is not None
         when = datetime.datetime.fromtimestamp(record.created).astimezone()
         return format_go_time(self.layout, when)

@@ -8,10 +8,10 @@ backend stops generating at once.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
@@ -30,6 +30,10 @@ HOP_BY_HOP = frozenset(
     {
         "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
         "transfer-encoding", "upgrade", "host", "content-length",
+        # The router reads the whole body before it picks the upstream, and aiohttp
+        # answered the client's `100-continue` then; forwarded, it would make aiohttp
+        # wait (without a limit) for a `100 Continue` the upstream may never send.
+        "expect",
     }
 )
 # A pooled connection the upstream closed while idle fails on reuse before any
@@ -38,6 +42,8 @@ HOP_BY_HOP = frozenset(
 RETRY_BEFORE_RESPONSE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 ATTEMPTS = 3
 NO_IDLE_LIMIT = 24 * 3600.0
+# Unanswered keep-alive probes before a connection counts as dead (Go's default, and Linux's is 9 too).
+KEEPALIVE_PROBES = 9
 
 
 class UpstreamError(Exception):
@@ -53,31 +59,75 @@ class UpstreamError(Exception):
         self.unreachable = unreachable
 
 
-def new_upstream_session(idle_seconds: float | None) -> aiohttp.ClientSession:
-    """A connection pool for one upstream; idle connections close after `idle_seconds` (`timeouts.idleConn`)."""
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=idle_seconds or NO_IDLE_LIMIT)
+def new_upstream_session(base_url: str | None = None, timeouts: Timeouts | None = None) -> aiohttp.ClientSession:
+    """A connection pool for one upstream, with its `timeouts` (llama-swap's transport settings, as aiohttp has them).
+
+    - `connect`: the limit on making a connection (aiohttp's `sock_connect`); for an
+      https upstream it covers the TLS handshake too, so `tlsHandshake` is added to it.
+    - `idleConn`: idle connections close after it (the connector's `keepalive_timeout`).
+    - `keepalive`: TCP keep-alive probes on every connection it makes, first after that
+      many idle seconds and then every that many (Go's dialer sets both the same).
+    `responseHeader` is per request (`open_upstream`); `expectContinue` has nothing to wait
+    for, as the body is read before the upstream is chosen (`HOP_BY_HOP` drops `Expect`).
+    """
+    timeouts = timeouts or Timeouts()
+    connector = aiohttp.TCPConnector(
+        limit=0,
+        keepalive_timeout=timeouts.idle_conn or NO_IDLE_LIMIT,
+        socket_factory=_keepalive_sockets(timeouts.keepalive) if timeouts.keepalive else None,
+    )
     return aiohttp.ClientSession(
         connector=connector,
         auto_decompress=False,  # relay bytes as the upstream sent them
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        # No total limit: a generation may rightly stream for an hour.
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_limit(base_url or "", timeouts)),
     )
 
 
-class UpstreamPools:
-    """One connection pool per upstream address and idle limit (`idleConn`), for requests and peer probes alike.
+def connect_limit(base_url: str, timeouts: Timeouts) -> float | None:
+    """Seconds a new connection to `base_url` may take (None: no limit)."""
+    if timeouts.connect is None:
+        return None
+    if base_url.startswith("https:") and timeouts.tls_handshake:
+        return timeouts.connect + timeouts.tls_handshake
+    return timeouts.connect
 
-    Keyed by what defines the connections, so a reload that changes a model's proxy
-    gets a new pool while requests in flight finish on the old one.
+
+def _keepalive_sockets(interval: float) -> Callable[[tuple], socket.socket]:
+    """A socket factory that turns TCP keep-alive on: probes after `interval` idle seconds, then every `interval`."""
+    seconds = max(1, round(interval))
+
+    def make(address_info: tuple) -> socket.socket:
+        family, kind, protocol = address_info[0], address_info[1], address_info[2]
+        sock = socket.socket(family=family, type=kind, proto=protocol)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        idle_option = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)  # macOS
+        if idle_option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, idle_option, seconds)
+        if hasattr(socket, "TCP_KEEPINTVL"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, seconds)
+        if hasattr(socket, "TCP_KEEPCNT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+        return sock
+
+    return make
+
+
+class UpstreamPools:
+    """One connection pool per upstream address and timeouts, for requests and peer probes alike.
+
+    Keyed by what defines the connections, so a reload that changes a model's proxy or
+    timeouts gets a new pool while requests in flight finish on the old one.
     """
 
     def __init__(self) -> None:
-        self._sessions: dict[tuple[str, float | None], aiohttp.ClientSession] = {}
+        self._sessions: dict[tuple[str, Timeouts], aiohttp.ClientSession] = {}
 
     def session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
-        key = (base_url, timeouts.idle_conn)
+        key = (base_url, timeouts)
         session = self._sessions.get(key)
         if session is None:
-            session = self._sessions[key] = new_upstream_session(idle_seconds=timeouts.idle_conn)
+            session = self._sessions[key] = new_upstream_session(base_url, timeouts)
         return session
 
     async def close(self) -> None:
@@ -104,12 +154,6 @@ def forward_headers(incoming: Mapping[str, str], extra: Mapping[str, str] | None
     return headers
 
 
-@functools.lru_cache(maxsize=64)
-def _timeout(connect_seconds: float | None) -> aiohttp.ClientTimeout:
-    # No total limit: a generation may rightly stream for an hour.
-    return aiohttp.ClientTimeout(total=None, sock_connect=connect_seconds or 30)
-
-
 async def open_upstream(
     session: aiohttp.ClientSession,
     method: str,
@@ -117,16 +161,16 @@ async def open_upstream(
     headers: CIMultiDict[str],
     body: bytes,
     *,
-    connect_timeout: float | None = None,
     response_header_timeout: float | None = None,
 ) -> aiohttp.ClientResponse:
-    """Send the request and return once the upstream's response headers have arrived."""
-    timeout = _timeout(connect_timeout)
+    """Send the request and return once the upstream's response headers have arrived.
+
+    The session's own timeout limits the connection (`new_upstream_session`);
+    `response_header_timeout` (`timeouts.responseHeader`) limits the wait for the answer.
+    """
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            pending = session.request(
-                method, url, headers=headers, data=body or None, timeout=timeout, allow_redirects=False
-            )
+            pending = session.request(method, url, headers=headers, data=body or None, allow_redirects=False)
             if response_header_timeout:
                 return await asyncio.wait_for(pending, response_header_timeout)
             return await pending

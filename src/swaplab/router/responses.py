@@ -1,4 +1,4 @@
-"""The router's own answers: OpenAI-style JSON errors."""
+"""The router's own answers: OpenAI-style JSON errors, and llama-swap's envelope for llama-swap's features."""
 
 from __future__ import annotations
 
@@ -25,3 +25,43 @@ def unknown_model(config: Config, name: str) -> web.Response:
         "model_not_found",
         available=available,
     )
+
+
+# llama-swap's error type and default code per status (swaputil/httperror.go).
+_LLAMA_SWAP_KINDS = {
+    400: ("invalid_request_error", "bad_request"),
+    401: ("authentication_error", "unauthorized"),
+    403: ("authentication_error", "forbidden"),
+    404: ("invalid_request_error", "not_found"),
+    409: ("invalid_request_error", "conflict"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+    502: ("server_error", "bad_gateway"),
+    503: ("server_error", "service_unavailable"),
+    504: ("server_error", "gateway_timeout"),
+}
+
+
+def llama_swap_error(accept: str, status: int, message: str) -> web.Response:
+    """An error in llama-swap's own words and shape (`swaputil.SendResponse`), for the features it defines.
+
+    Clients written against llama-swap's profiles, selectors and `ignorePaths` read these
+    bodies, so they are llama-swap's: the same JSON `{"src": "llama-swap", "error": {...}}`,
+    `llama-swap: MESSAGE` for `Accept: text/plain`, its small page for `text/html`.
+    """
+    if "text/plain" in accept:
+        return web.Response(status=status, text=f"llama-swap: {message}", content_type="text/plain")
+    if "text/html" in accept:
+        page = f"<html><body><h1>llama-swap</h1><p>{_go_html_escape(message)}</p></body></html>"
+        return web.Response(status=status, text=page, content_type="text/html")
+    kind, code = _LLAMA_SWAP_KINDS.get(
+        status, ("invalid_request_error", "invalid_request") if 400 <= status < 500 else ("server_error", "internal_error")
+    )
+    body = {"src": "llama-swap", "error": {"message": message, "type": kind, "param": None, "code": code}}
+    return web.json_response(body, status=status)
+
+
+def _go_html_escape(text: str) -> str:
+    """Go's `html.EscapeString` (its entities for quotes differ from Python's `html.escape`)."""
+    for character, entity in (("&", "&amp;"), ("'", "&#39;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&#34;")):
+        text = text.replace(character, entity)
+    return text

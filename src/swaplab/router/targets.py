@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from email.message import Message
 from email.parser import BytesParser
 from email.policy import HTTP
 
@@ -93,3 +94,29 @@ def _model_from_multipart(content_type: str, body: bytes) -> str | None:
             payload = part.get_payload(decode=True)
             return payload.decode(errors="replace").strip() if payload is not None else None
     return None
+
+
+def replace_multipart_field(content_type: str, body: bytes, field: str, value: str) -> bytes:
+    """The multipart body with form field `field` holding `value`; every other byte as it was."""
+    boundary = _param(content_type, "content-type", "boundary")
+    if not boundary:
+        return body
+    delimiter = b"--" + boundary.encode()
+    pieces = body.split(delimiter)
+    for index in range(1, len(pieces) - 1):  # between the preamble and the closing `--`
+        head, separator, _ = pieces[index].partition(b"\r\n\r\n")
+        if not separator:
+            continue
+        for line in head.split(b"\r\n"):
+            name, colon, header = line.decode(errors="replace").partition(":")
+            disposition = colon and name.strip().lower() == "content-disposition"
+            if disposition and _param(header.strip(), "content-disposition", "name") == field:
+                pieces[index] = head + separator + value.encode() + b"\r\n"
+    return delimiter.join(pieces)
+
+
+def _param(value: str, header: str, name: str) -> str | None:
+    message = Message()
+    message[header] = value
+    found = message.get_param(name, header=header)
+    return found if isinstance(found, str) else None
