@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
+import re
 
 import pytest
 
@@ -13,7 +15,7 @@ from swaplab.fleet import State
 from swaplab.router.filters import rewrite
 from swaplab.router.jsonpath import delete_path, set_path
 from swaplab.router.listing import model_records, render_capabilities
-from swaplab.router.logformat import format_go_time, go_duration, layout_of
+from swaplab.router.logformat import console_formatter, format_go_time, go_duration, layout_of
 from swaplab.router.profiles import ActivationError, ProfileSwitch, listing, parse_activation, upstream_pin
 from swaplab.router.responses import llama_swap_error
 from swaplab.router.selectors import Candidate, NoTarget, Selectors, choose_spillover, choose_warm
@@ -335,3 +337,10 @@ def test_log_time_format_edges():
 ])
 def test_durations_read_as_go_writes_them(seconds, expected):
     assert go_duration(seconds) == expected
+
+
+def test_console_lines_carry_the_named_layout_or_no_time():
+    record = logging.LogRecord("swaplab.router", logging.INFO, __file__, 1, "ready", None, None)
+    assert console_formatter("").format(record) == "INFO swaplab.router: ready"
+    assert console_formatter("iso8601").format(record) == "INFO swaplab.router: ready"
+    assert re.fullmatch(r"\d{1,2}:\d\d[AP]M INFO swaplab\.router: ready", console_formatter("Kitchen").format(record))

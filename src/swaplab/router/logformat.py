@@ -31,9 +31,6 @@ LAYOUTS = {
     "stampmicro": "Jan _2 15:04:05.000000",
     "stampnano": "Jan _2 15:04:05.000000000",
 }
-# swaplab's own stamp when the config names no layout.
-DEFAULT_TIME_FORMAT = "%H:%M:%S"
-
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
@@ -116,10 +113,8 @@ class GoTimeFormatter(logging.Formatter):
 
 
 def console_formatter(log_time_format: str) -> logging.Formatter:
-    """The console's formatter: swaplab's `HH:MM:SS` when the config names no layout, else the layout
-    (a name llama-swap does not know means no time, as in llama-swap)."""
-    if not log_time_format.strip():
-        return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", DEFAULT_TIME_FORMAT)
+    """The console's formatter: the time in the layout `logTimeFormat` names; none when it names
+    none (unset, `""`, or a name llama-swap does not know), as in llama-swap."""
     return GoTimeFormatter(layout_of(log_time_format))
 
 
