@@ -105,6 +105,10 @@ profiles:
         assert status == 200
         assert set(await running(session, url)) == {"a"}
         assert (await last_request(session, f"{url}/upstream/a"))["body"]["model"] == "a"
+        # A name given as ?model= is rewritten there.
+        async with session.post(f"{url}/v1/chat/completions?model=assistant", json={"messages": MESSAGES}) as response:
+            assert response.status == 200
+        assert (await last_request(session, f"{url}/upstream/a"))["path"] == "/v1/chat/completions?model=a"
 
         async with session.put(f"{url}/api/profiles/active", json={"name": "home"}) as response:
             assert await response.json() == {"active": "home"}
