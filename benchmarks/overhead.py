@@ -277,15 +277,33 @@ def bootstrap_ratio(numerator: list[float], denominator: list[float], draws: int
     return ratios[int(0.05 * draws)], ratios[int(0.95 * draws)]
 
 
-def router_config(fast: int, paced: int, llama: int | None, smollm2: str | None) -> str:
+def router_config(fast: int, paced: int, llama: int | None, smollm2: str | None, routing: str = "group") -> str:
+    """The router's config: the upstreams run side by side, under a group that never swaps
+    (`routing group`) or under llama-swap's matrix router with one set holding them all
+    (`routing matrix`), so the matrix's solver and placement are on the measured path."""
     sim = f"{shlex.quote(PY)} -m swaplab sim"
-    text = f"""
-healthCheckTimeout: 120
+    members = f"fast, paced{', llama' if llama else ''}"
+    if routing == "matrix":
+        placement = f"""
+routing:
+  router:
+    use: matrix
+    settings:
+      matrix:
+        sets:
+          bench: "{members.replace(', ', ' & ')}"
+"""
+    else:
+        placement = f"""
 groups:
   bench:
     swap: false
     exclusive: false
-    members: [fast, paced{', llama' if llama else ''}]
+    members: [{members}]
+"""
+    text = f"""
+healthCheckTimeout: 120
+{placement.strip()}
 models:
   fast:
     cmd: {sim} --port {fast} --model fast
@@ -335,6 +353,11 @@ async def main() -> int:
         help=f"run only these measures, of: {', '.join(MEASURES)} (default: all)",
     )
     parser.add_argument(
+        "--routing", choices=("group", "matrix"), default="group",
+        help="how the router places the upstreams: a group that never swaps (default), or llama-swap's "
+        "matrix router with one set holding them all",
+    )
+    parser.add_argument(
         "--burst-rounds", type=int, help="rounds of the burst measure per upstream (default 60, --quick 10)"
     )
     parser.add_argument(
@@ -363,9 +386,9 @@ async def main() -> int:
     fast, paced = free_port(), free_port()
     llama = free_port() if smollm2 else None
     config = workdir / "config.yaml"
-    config.write_text(router_config(fast, paced, llama, smollm2))
+    config.write_text(router_config(fast, paced, llama, smollm2, args.routing))
     processes = Fleet(workdir)
-    report: dict = {"machine": {"cpus": os.cpu_count()}, "raw": {}}
+    report: dict = {"machine": {"cpus": os.cpu_count()}, "routing": args.routing, "raw": {}}
     try:
         router_port = free_port()
         router = processes.spawn("router", [

@@ -15,6 +15,7 @@ pays for is `swaplab.config`'s `__init__`, which loads the YAML loader.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from types import ModuleType
 
@@ -60,3 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`swaplab config show ... | head`): not an error of ours. Point
+        # stdout at nothing so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
