@@ -547,6 +547,47 @@ def test_spillover_targets_must_be_able_to_run_together(routing, fault):
         assert faults_of(text) == [(line + 1, fault)]
 
 
+# -- hooks.on_startup.preload: a selector's name ----------------------------------------
+
+PRELOAD_BASE = NAMES + "groups:\n  pool: {swap: false, members: [a, b]}\n"
+
+
+@pytest.mark.parametrize(
+    "selector, preload, expected",
+    [
+        # at launch nothing runs and nothing is reserved: every strategy takes its first target
+        ("{strategy: pin, targets: [alias-a, b]}", "[s]", ("a",)),
+        ("{strategy: warm, targets: [b, a]}", "[s]", ("b",)),
+        ("{strategy: spillover, targets: [a, b]}", "[s]", ("a",)),
+        ("{strategy: pin, targets: ['a:think']}", "[s]", ("a",)),
+        # warm and spillover take a target an earlier preload starts; pin does not look
+        ("{strategy: warm, targets: [a, b]}", "[b, s]", ("b",)),
+        ("{strategy: spillover, targets: [a, b]}", "[b, s]", ("b",)),
+        ("{strategy: pin, targets: [a, b]}", "[b, s]", ("b", "a")),
+    ],
+)
+def test_preload_of_a_selector_starts_the_model_it_picks_at_launch(selector, preload, expected):
+    # llama-swap keeps only model ids and aliases (internal/config/load.go:270-283) and starts
+    # nothing for a selector's name; swaplab starts what the selector would route to
+    config = load(PRELOAD_BASE + f"selectors:\n  s: {selector}\nhooks: {{on_startup: {{preload: {preload}}}}}\n")
+    assert (config.preload, config.warnings) == (expected, ())
+
+
+def test_preload_of_a_selector_that_picks_a_peer_model_starts_nothing_and_says_so():
+    config = load(
+        PRELOAD_BASE
+        + "selectors:\n  s: {strategy: pin, targets: [remote/remote-model, a]}\n"
+        + "hooks: {on_startup: {preload: [s]}}\n"
+    )
+    assert config.preload == ()
+    assert config.warnings == (
+        (
+            "test.yaml:14: hooks.on_startup.preload: 's' is a selector whose pick at launch, "
+            "'remote/remote-model', is a peer's model; not preloaded"
+        ),
+    )
+
+
 # -- upstream.ignorePaths ----------------------------------------------------------------
 
 DEFAULT_IGNORE = (r".*\.(js|json|css|png|gif|jpg|jpeg|ico|txt)$",)

@@ -31,14 +31,21 @@ comparison translates llama-swap's form, never swaplab's:
 
 Cases that only describe HTTP behaviour (`runtime`, `active_profile`, `mutation`) are
 checked here for what the config says; their requests are the router's tests.
+
+The last tests take `config.example.fixed.yaml` (llama-swap's example with only the edits
+llama-swap demands): it loads with no warning, and `swaplab config show` gives every model
+what llama-swap's code computes for it.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import shlex
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -603,3 +610,272 @@ def test_every_value_asserted_can_disagree(tmp_path):
             assert _lookup_disagreements({**case, "lookups": {kind: wrong_names}}, outcome.config), f"{case_id}: {kind}"
             checked += 1
     assert checked > 400, checked
+
+
+# --- config.example.yaml with the edits llama-swap demands ----------------------------------
+#
+# config.example.fixed.yaml is llama-swap's example with the fewest edits that let llama-swap
+# run it (each marked `# swaplab fixture:` in the file; the README lists them). The expected
+# values below are llama-swap's, worked out from its code at the corpus's commit (each rule
+# cited path:line), in llama-swap's terms; `_in_show_form` restates them in the form
+# `swaplab config show` prints. (They were also checked against llama-swap's own loader at
+# that commit, built from its source.)
+
+FIXED_EXAMPLE = CORPUS / "config.example.fixed.yaml"
+FIXED_EXAMPLE_ENV = {"HOME": "/home/example", **EXAMPLE_ENV}
+
+START_PORT = 10001
+"""`startPort: 10001`, read after the global macros (internal/config/macros.go:145, 219-234)."""
+FIXED_EXAMPLE_PORTS = {"docker-llama": START_PORT, "gpt-oss-120b": START_PORT + 1, "unlisted-model": START_PORT + 2}
+"""${PORT}: llama-swap walks the model ids sorted (macros.go:150-157) and hands the next port
+to each model whose `cmd`, once that model's macros are expanded, holds `${PORT}`
+(macros.go:167-193). All three do: docker-llama writes it; gpt-oss-120b gets it from the
+global macro `latest-llama`; unlisted-model writes it (the fixture's edit)."""
+
+_GPT_PORT = FIXED_EXAMPLE_PORTS["gpt-oss-120b"]
+_DEFAULT_TIMEOUTS = {"connect": 30, "keepalive": 30, "responseHeader": 0, "tlsHandshake": 10,
+                     "expectContinue": 1, "idleConn": 90}
+"""A model's timeouts when it sets none (internal/config/model_config.go:140-148)."""
+_NO_CAPABILITIES = {"in": None, "out": None, "tools": False, "reranker": False, "context": 0}
+_NO_FILTERS = {"stripParams": [], "setParams": None, "setParamsByID": None}
+
+FIXED_EXAMPLE_MODELS: dict[str, dict[str, Any]] = {
+    "gpt-oss-120b": {
+        # The comment line of cmd goes before any macro (macros.go:126, 211-217). Macros are
+        # MODEL_ID, the globals in order with the model's own replacing a global of the same
+        # name in place (default_ctx 16384), then the model's new ones (temp)
+        # (macros.go:236-255), substituted last to first (macros.go:257-262); PORT comes last
+        # (macros.go:186-188). `latest-llama` is a folded scalar (`>`): its value ends in a
+        # newline, a line break between arguments. The argv is the text split POSIX-style
+        # (commands.go:11-44, model_config.go:164-166); fmt's %v writes 0.7 as "0.7".
+        "cmd": ["/path/to/llama-server/llama-server-ec9e0301", "--port", str(_GPT_PORT),
+                "--model", "path/to/gpt-oss-120B.gguf", "--ctx-size", "16384", "--temperature", "0.7"],
+        "cmdStop": None,
+        "proxy": "http://127.0.0.1:8999",  # as written: no ${PORT} in it
+        "checkEndpoint": "/custom-endpoint",
+        # explicit aliases, then each setParamsByID key but the model's id (load.go:159-175),
+        # keys expanded with the model's macros (macros.go:170, 264-288)
+        "aliases": ["gpt-4o-mini"],
+        "aliases_from_set_params_by_id": {"gpt-oss-120b:high", "gpt-oss-120b:low"},
+        "env": ["CUDA_VISIBLE_DEVICES=0,1,2"],
+        "ttl": 60,
+        "unloadTimeout": 10,
+        "unlisted": False,
+        "useModelName": "openai/gpt-oss-120B",
+        "name": "gpt-oss 120B",
+        "description": "A thinking model from OpenAI",
+        "concurrencyLimit": 0,
+        "sendLoadingState": False,  # its own, over the global true (load.go:181-184)
+        # a value that is exactly one macro keeps the macro's type (macros.go:420-423); the
+        # double-quoted `note` folds its line break into a space (YAML)
+        "metadata": {
+            "port": _GPT_PORT,
+            "temperature": 0.7,
+            "note": f"The gpt-oss-120b is running on port {_GPT_PORT} temp=0.7, context=16384",
+            "a_list": [1, 1.23, "macros are OK in list and dictionary types: gpt-oss-120b"],
+            "an_obj": {"a": "1", "b": 2, "c": [0.7, False, "model: gpt-oss-120b"]},
+        },
+        "filters": {
+            # split on ",", trimmed, sorted (filters.go:31-58)
+            "stripParams": ["temperature", "top_k", "top_p"],
+            "setParams": {"temperature": 0.7, "top_p": 0.9},
+            "setParamsByID": {
+                "gpt-oss-120b": {"chat_template_kwargs": {"reasoning_effort": "medium"}},
+                "gpt-oss-120b:high": {"chat_template_kwargs": {"reasoning_effort": "high"}},
+                "gpt-oss-120b:low": {"chat_template_kwargs": {"reasoning_effort": "low"}},
+            },
+        },
+        "timeouts": {"connect": 30, "keepalive": 0, "responseHeader": 60, "tlsHandshake": 10,
+                     "expectContinue": 1, "idleConn": 90},
+        "capabilities": {"in": ["text", "audio", "image"], "out": ["text", "audio", "image"],
+                         "tools": True, "reranker": False, "context": 32000},
+        "compat": {"ignoreWebsockets": True},
+    },
+    "unlisted-model": {
+        "cmd": ["some-upstream-server", "--port", str(FIXED_EXAMPLE_PORTS["unlisted-model"])],
+        "cmdStop": None,
+        # no proxy: the default http://localhost:${PORT} (model_config.go:11, macros.go:127-129)
+        "proxy": f"http://localhost:{FIXED_EXAMPLE_PORTS['unlisted-model']}",
+        "checkEndpoint": "/health",
+        "aliases": [],
+        "aliases_from_set_params_by_id": set(),
+        "env": [],
+        "ttl": 0,  # -1 (unset) becomes globalTTL, 0 (load.go:138-141)
+        "unloadTimeout": 10,  # 0 (unset) becomes the global unloadTimeout, 10 (load.go:147-153)
+        "unlisted": True,
+        "useModelName": "",
+        "name": "",
+        "description": "",
+        "concurrencyLimit": 0,
+        "sendLoadingState": True,  # the global sendLoadingState: true (load.go:181-184)
+        "metadata": None,
+        "filters": _NO_FILTERS,
+        "timeouts": _DEFAULT_TIMEOUTS,
+        "capabilities": _NO_CAPABILITIES,
+        "compat": {"ignoreWebsockets": False},
+    },
+    "docker-llama": {
+        # ${MODEL_ID} and ${PORT} expanded; the quotes of '/models/...' are the shell's
+        "cmd": ["docker", "run", "--name", "docker-llama", "--init", "--rm",
+                "-p", f"{FIXED_EXAMPLE_PORTS['docker-llama']}:8080", "-v", "/mnt/nvme/models:/models",
+                "ghcr.io/ggml-org/llama.cpp:server", "--model", "/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"],
+        "cmdStop": ["docker", "stop", "docker-llama"],
+        # the proxy's ${PORT} is the cmd's (macros.go:186-188)
+        "proxy": f"http://127.0.0.1:{FIXED_EXAMPLE_PORTS['docker-llama']}",
+        "checkEndpoint": "/health",
+        "aliases": [],
+        "aliases_from_set_params_by_id": set(),
+        "env": [],
+        "ttl": 0,
+        "unloadTimeout": 10,
+        "unlisted": False,
+        "useModelName": "",
+        "name": "",
+        "description": "",
+        "concurrencyLimit": 0,
+        "sendLoadingState": True,
+        "metadata": None,
+        "filters": _NO_FILTERS,
+        "timeouts": _DEFAULT_TIMEOUTS,
+        "capabilities": _NO_CAPABILITIES,
+        "compat": {"ignoreWebsockets": False},
+    },
+}
+"""Each model as llama-swap resolves it (internal/config/load.go:128-187 after macros.go:63-209)."""
+
+FIXED_EXAMPLE_GROUPS = {
+    "group1": {"swap": True, "exclusive": True, "persistent": False, "members": ["gpt-oss-120b", "unlisted-model"]},
+    "group2": {"swap": False, "exclusive": False, "persistent": False, "members": ["docker-llama"]},
+    "forever": {"swap": False, "exclusive": False, "persistent": True, "members": []},
+}
+"""`routing.router.use: group` puts settings.groups in force and leaves settings.matrix unread
+(load.go:200-215); unset swap/exclusive default to true, persistent to false
+(config.go:73-89). Every model is in a group, so llama-swap's implicit `(default)` group is
+empty (config.go:258-300)."""
+
+
+def _in_show_form(model_id: str, llama: dict[str, Any]) -> dict[str, Any]:
+    """llama-swap's resolved model in the form `swaplab config show` prints it: timeouts of 0
+    (no limit) are null, an absent mapping or modality list is empty, env is name/value pairs."""
+    timeouts, capabilities, filters = llama["timeouts"], llama["capabilities"], llama["filters"]
+    return {
+        "id": model_id,
+        "cmd": llama["cmd"],
+        "cmd_stop": llama["cmdStop"],
+        "proxy": llama["proxy"],
+        "check_endpoint": llama["checkEndpoint"],
+        "ttl": llama["ttl"],
+        "env": [entry.split("=", 1) for entry in llama["env"]],
+        "name": llama["name"],
+        "description": llama["description"],
+        "unlisted": llama["unlisted"],
+        "use_model_name": llama["useModelName"],
+        "concurrency_limit": llama["concurrencyLimit"],
+        "unload_timeout": llama["unloadTimeout"],
+        "send_loading_state": llama["sendLoadingState"],
+        "metadata": llama["metadata"] or {},
+        "filters": {
+            "strip_params": filters["stripParams"],
+            "set_params": filters["setParams"] or {},
+            "set_params_by_id": filters["setParamsByID"] or {},
+        },
+        "timeouts": {
+            "connect": timeouts["connect"] or None,
+            "response_header": timeouts["responseHeader"] or None,
+            "idle_conn": timeouts["idleConn"] or None,
+            "keepalive": timeouts["keepalive"] or None,
+            "tls_handshake": timeouts["tlsHandshake"] or None,
+            "expect_continue": timeouts["expectContinue"] or None,
+        },
+        "capabilities": {
+            "input": capabilities["in"] or [],
+            "output": capabilities["out"] or [],
+            "tools": capabilities["tools"],
+            "reranker": capabilities["reranker"],
+            "context": capabilities["context"],
+        },
+        "ignore_websockets": llama["compat"]["ignoreWebsockets"],
+    }
+
+
+SWAPLAB_ONLY_MODEL_KEYS = ("heartbeat_interval", "devices", "vram_gib", "line")
+"""What `config show` prints of a model that llama-swap has not."""
+
+
+def _swaplab(*args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "swaplab"), "config", *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **FIXED_EXAMPLE_ENV}, check=False,
+    )
+    return result
+
+
+def test_the_fixed_example_loads_with_no_warning(tmp_path):
+    config = load_config_sources(str(FIXED_EXAMPLE), None, {**os.environ, **FIXED_EXAMPLE_ENV})
+    assert config.warnings == ()
+    check = _swaplab("check", "--strict", str(FIXED_EXAMPLE))
+    assert (check.returncode, check.stdout, check.stderr) == (0, "", "")
+
+
+def test_the_fixed_example_differs_from_llama_swaps_only_in_marked_edits():
+    """Each stretch of lines that differs from llama-swap's example opens with one
+    `# swaplab fixture:` note saying what llama-swap refuses there."""
+    original = (CORPUS / "config.example.yaml").read_text().splitlines()
+    fixed = FIXED_EXAMPLE.read_text().splitlines()
+    matcher = difflib.SequenceMatcher(a=original, b=fixed, autojunk=False)
+    stretches = [(a0, a1, b0, b1) for tag, a0, a1, b0, b1 in matcher.get_opcodes() if tag != "equal"]
+    for a0, a1, b0, b1 in stretches:
+        assert "# swaplab fixture:" in fixed[b0], (original[a0:a1], fixed[b0:b1])
+    assert len(stretches) == sum("# swaplab fixture:" in line for line in fixed) == 8
+
+
+def test_config_show_of_the_fixed_example_is_what_llama_swap_computes():
+    show = _swaplab("show", str(FIXED_EXAMPLE))
+    assert show.returncode == 0, show.stderr
+    document = json.loads(show.stdout)
+    assert document["warnings"] == []
+    assert document["start_port"] == START_PORT
+    assert (document["health_check_timeout"], document["global_ttl"], document["unload_timeout"]) == (500, 0, 10)
+    assert list(FIXED_EXAMPLE_PORTS) == sorted(FIXED_EXAMPLE_PORTS)  # the rule: sorted ids, one port each
+    assert list(FIXED_EXAMPLE_PORTS.values()) == list(range(START_PORT, START_PORT + len(FIXED_EXAMPLE_PORTS)))
+    assert set(document["models"]) == set(FIXED_EXAMPLE_MODELS)
+
+    for model_id, llama in FIXED_EXAMPLE_MODELS.items():
+        shown = document["models"][model_id]
+        alone = _swaplab("show", str(FIXED_EXAMPLE), "--model", model_id)
+        assert alone.returncode == 0, alone.stderr
+        assert json.loads(alone.stdout) == shown
+        for alias in shown["aliases"]:  # each alias names the model (load.go:110-119, 159-175)
+            by_alias = _swaplab("show", str(FIXED_EXAMPLE), "--model", alias)
+            assert json.loads(by_alias.stdout) == shown, alias
+
+        shown = {key: value for key, value in shown.items() if key not in SWAPLAB_ONLY_MODEL_KEYS}
+        aliases = shown.pop("aliases")
+        explicit = llama["aliases"]
+        # llama-swap appends the setParamsByID keys in its map's (random) order
+        assert aliases[: len(explicit)] == explicit, model_id
+        assert sorted(aliases[len(explicit):]) == sorted(llama["aliases_from_set_params_by_id"]), model_id
+        assert shown == _in_show_form(model_id, llama), model_id
+
+    groups = {group_id: {key: value for key, value in group.items() if key != "id"}
+              for group_id, group in document["groups"].items()}
+    assert groups == FIXED_EXAMPLE_GROUPS
+    assert {member for group in groups.values() for member in group["members"]} == set(FIXED_EXAMPLE_MODELS)
+    assert (document["router"], document["matrix"]) == ("group", None)
+    # keys resolve to models by id (load.go:264-268); priorities as written
+    assert document["priority"] == {"gpt-oss-120b": 10, "docker-llama": 5, "unlisted-model": 5}
+    # selectors as decoded: spillover defaults to 1 (selectors.go:33-47)
+    assert {selector_id: (selector["strategy"], selector["targets"], selector["spillover"])
+            for selector_id, selector in document["selectors"].items()} == {
+        "coding-model": ("warm", ["gpt-oss-120b", "unlisted-model"], 1),
+        "llm-plan": ("pin", ["gpt-oss-120b", "z-ai/glm-4.7"], 1),
+        "llama": ("spillover", ["docker-llama"], 4),
+    }
+    # a pin of ~ decodes to "", disabled (config.go:111-132)
+    assert document["profiles"]["coding"]["pins"] == {
+        "llm-code": "gpt-oss-120b", "llm-plan": "unlisted-model", "image-gen": ""}
+    # `preload: [llama]`: llama-swap keeps only names that are model ids or aliases
+    # (load.go:270-283), so it preloads nothing; swaplab preloads the model the selector
+    # `llama` picks at launch, its first target (docs/config.md, hooks.on_startup.preload).
+    llama_swap_preload: list[str] = []
+    assert llama_swap_preload == [] and document["preload"] == ["docker-llama"]

@@ -171,9 +171,9 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
     peers = read_peers(top.section("peers"))
     names = Names(models, peers)
     routing = read_routing(top, models, model_entries, names)
-    preload = read_preload(top.section("hooks"), models)
     ignore_paths = read_ignore_paths(top.section("upstream"))
     selectors = read_selectors(top.section("selectors"), names, routing)
+    preload = read_preload(top.section("hooks"), names, selectors)
     profiles = read_profiles(top.section("profiles"), names, selectors)
     top.finish()
 
