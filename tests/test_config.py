@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from configtext import faults_of, load
 from swaplab.config import load_config, load_config_text
 from swaplab.config.model import GroupConfig, Timeouts
 from swaplab.errors import ConfigError, Fault
@@ -20,15 +21,6 @@ SEED = FIXTURES / "seed-glm-flash.yaml"
 FAULTS = FIXTURES / "config-faults.yaml"
 SWAPLAB = Path(sys.executable).parent / "swaplab"
 
-
-def load(text: str, environ: dict[str, str] | None = None):
-    return load_config_text(textwrap.dedent(text), "test.yaml", environ=environ or {})
-
-
-def faults_of(text: str, environ: dict[str, str] | None = None) -> list[tuple[int, str]]:
-    with pytest.raises(ConfigError) as caught:
-        load(text, environ)
-    return [(fault.line, fault.message) for fault in caught.value.faults]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,12 +11,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from swaplab.config import load_config_text
+from configtext import faults_of, load
 from swaplab.config.model import (
     Capabilities,
     GroupConfig,
@@ -24,7 +23,6 @@ from swaplab.config.model import (
     SelectorConfig,
     Timeouts,
 )
-from swaplab.errors import ConfigError
 
 SWAPLAB = Path(sys.executable).parent / "swaplab"
 TWO = """\
@@ -33,15 +31,6 @@ models:
   b: {cmd: "s --port ${PORT}"}
 """
 
-
-def load(text: str, environ: dict[str, str] | None = None):
-    return load_config_text(textwrap.dedent(text), "test.yaml", environ=environ or {})
-
-
-def faults_of(text: str, environ: dict[str, str] | None = None) -> list[tuple[int, str]]:
-    with pytest.raises(ConfigError) as caught:
-        load(text, environ)
-    return [(fault.line, fault.message) for fault in caught.value.faults]
 
 
 # -- filters.setParamsByID ---------------------------------------------------------------

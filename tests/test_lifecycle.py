@@ -15,10 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fleets import opened_fleets
 from procs import SIM, free_port_block
 from swaplab.config.loader import load_config_text
 from swaplab.errors import BackendStartError
-from swaplab.fleet import Fleet, LogHub, State
+from swaplab.fleet import LogHub, State
 
 
 def processes_of(marker: str) -> list[int]:
@@ -47,17 +48,8 @@ models:
 @pytest.fixture
 async def fleet_of(tmp_path: Path):
     """`fleet_of(text)`: an opened fleet on that config text; all closed at the end."""
-    fleets: list[Fleet] = []
-
-    async def make(text: str) -> Fleet:
-        fleet = Fleet(load_config_text(text, "test.yaml"), state_dir=tmp_path / f"state{len(fleets)}", logs=LogHub())
-        await fleet.open()
-        fleets.append(fleet)
-        return fleet
-
-    yield make
-    for fleet in fleets:
-        await fleet.close()
+    async with opened_fleets(tmp_path) as make:
+        yield lambda text: make(load_config_text(text, "test.yaml"))
 
 
 async def step_until(predicate, limit: int = 100_000) -> None:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from fleets import opened_fleets
 from procs import SIM, alive, free_port_block
 from swaplab.config.loader import load_config_text
 from swaplab.config.matrix import matrix_from_data
-from swaplab.fleet import Fleet, LogHub, State
+from swaplab.fleet import Fleet, State
 
 
 def sims(*models: str, load_seconds: float = 0) -> str:
@@ -30,21 +31,15 @@ def sims(*models: str, load_seconds: float = 0) -> str:
 @pytest.fixture
 async def matrix_fleet(tmp_path: Path):
     """`matrix_fleet(models, sets, ...)`: an opened fleet of sims under that matrix; all closed at the end."""
-    fleets: list[Fleet] = []
+    async with opened_fleets(tmp_path) as open_fleet:
 
-    async def make(models: str, sets: dict[str, str], evict_costs: dict[str, int] | None = None,
-                   load_seconds: float = 0) -> Fleet:
-        config = load_config_text(sims(*models.split(), load_seconds=load_seconds), "matrix.yaml")
-        matrix = matrix_from_data({"sets": sets, "evict_costs": evict_costs or {}}, list(config.models))
-        fleet = Fleet(replace(config, router="matrix", matrix=matrix), state_dir=tmp_path / f"s{len(fleets)}",
-                      logs=LogHub())
-        await fleet.open()
-        fleets.append(fleet)
-        return fleet
+        async def make(models: str, sets: dict[str, str], evict_costs: dict[str, int] | None = None,
+                       load_seconds: float = 0) -> Fleet:
+            config = load_config_text(sims(*models.split(), load_seconds=load_seconds), "matrix.yaml")
+            matrix = matrix_from_data({"sets": sets, "evict_costs": evict_costs or {}}, list(config.models))
+            return await open_fleet(replace(config, router="matrix", matrix=matrix))
 
-    yield make
-    for fleet in fleets:
-        await fleet.close()
+        yield make
 
 
 async def served(fleet: Fleet, model: str) -> int:
