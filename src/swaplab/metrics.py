@@ -1,4 +1,5 @@
-"""`GET /metrics`: the router's Prometheus metrics, named like vLLM's with a `swaplab:` prefix.
+"""`GET /metrics`: the router's Prometheus metrics, named like vLLM's with a `swaplab:` prefix,
+and the performance sampler's latest host and GPU sample as gauges (`PerformanceCollector`).
 
 A private registry, so two routers in one process (tests) never share counters and
 nothing else in the process leaks into the page.
@@ -6,7 +7,11 @@ nothing else in the process leaks into the page.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from swaplab.results.activity import ActivityRecord
 
@@ -27,6 +32,126 @@ QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 # Observations noted on the request path wait for the page to be read, up to this many.
 PENDING_OBSERVATIONS = 4096
 START_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
+
+
+class NetworkFigures(Protocol):
+    @property
+    def interface(self) -> str: ...
+    @property
+    def bytes_received(self) -> int: ...
+    @property
+    def bytes_sent(self) -> int: ...
+
+
+class HostFigures(Protocol):
+    """What the performance sampler measured of the host (`fleet.performance.HostSample`)."""
+
+    @property
+    def cpu_percent_per_core(self) -> Sequence[float]: ...
+    @property
+    def memory_total_bytes(self) -> int: ...
+    @property
+    def memory_used_bytes(self) -> int: ...
+    @property
+    def memory_free_bytes(self) -> int: ...
+    @property
+    def swap_total_bytes(self) -> int: ...
+    @property
+    def swap_used_bytes(self) -> int: ...
+    @property
+    def load_average(self) -> tuple[float, float, float]: ...
+    @property
+    def network(self) -> Sequence[NetworkFigures]: ...
+
+
+class GpuFigures(Protocol):
+    """What the performance sampler measured of one GPU (`fleet.devices.DeviceActivity`)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def utilisation_percent(self) -> float: ...
+    @property
+    def memory_used_bytes(self) -> int: ...
+    @property
+    def memory_total_bytes(self) -> int: ...
+    @property
+    def temperature_celsius(self) -> int: ...
+    @property
+    def power_watts(self) -> float: ...
+    @property
+    def fan_percent(self) -> float: ...
+
+
+PerformanceSource = Callable[[], tuple[HostFigures | None, Sequence[GpuFigures]]]
+"""The latest host sample (None before the first, or while sampling is off) and GPU reading."""
+
+
+class PerformanceCollector:
+    """The performance sampler's latest sample as gauges, read when the page is rendered:
+    nothing before the first sample or while `performance.disabled`, and no GPU that has gone."""
+
+    def __init__(self, latest: PerformanceSource):
+        self.latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        host, gpus = self.latest()
+        if host is not None:
+            yield from _host_metrics(host)
+        if gpus:
+            yield from _gpu_metrics(gpus)
+
+
+def _host_metrics(host: HostFigures) -> Iterator[Metric]:
+    cpu = GaugeMetricFamily("swaplab:cpu_util_percent", "CPU utilisation per core (0-100).", labels=["core"])
+    for core, percent in enumerate(host.cpu_percent_per_core):
+        cpu.add_metric([str(core)], percent)
+    yield cpu
+    for name, value, help_text in (
+        ("memory_total_bytes", host.memory_total_bytes, "Total memory of the host."),
+        ("memory_used_bytes", host.memory_used_bytes, "Memory in use on the host."),
+        ("memory_free_bytes", host.memory_free_bytes, "Free memory of the host."),
+        ("swap_total_bytes", host.swap_total_bytes, "Total swap of the host."),
+        ("swap_used_bytes", host.swap_used_bytes, "Swap in use on the host."),
+    ):
+        yield GaugeMetricFamily(f"swaplab:{name}", help_text, value=value)
+    load = GaugeMetricFamily("swaplab:load_average", "Load average of the host.", labels=["interval"])
+    for interval, value in zip(("1m", "5m", "15m"), host.load_average):
+        load.add_metric([interval], value)
+    yield load
+    if host.network:
+        network = CounterMetricFamily(
+            "swaplab:network_bytes", "Bytes through each network interface since boot.", labels=["interface", "direction"]
+        )
+        for counters in host.network:
+            network.add_metric([counters.interface, "recv"], counters.bytes_received)
+            network.add_metric([counters.interface, "sent"], counters.bytes_sent)
+        yield network
+
+
+_GPU_GAUGES: tuple[tuple[str, str, Callable[[GpuFigures], float]], ...] = (
+    ("gpu_util_percent", "GPU utilisation (0-100).", lambda gpu: gpu.utilisation_percent),
+    ("gpu_memory_util_percent", "GPU memory in use, percent of its total (0-100).",
+     lambda gpu: 100 * gpu.memory_used_bytes / gpu.memory_total_bytes if gpu.memory_total_bytes else 0.0),
+    ("gpu_memory_used_bytes", "GPU memory in use.", lambda gpu: gpu.memory_used_bytes),
+    ("gpu_memory_total_bytes", "GPU memory in all.", lambda gpu: gpu.memory_total_bytes),
+    ("gpu_temperature_celsius", "GPU temperature (0 where the card has no sensor NVML can read).",
+     lambda gpu: gpu.temperature_celsius),
+    ("gpu_power_draw_watts", "GPU power draw (0 where NVML cannot read it).", lambda gpu: gpu.power_watts),
+    ("gpu_fan_speed_percent", "GPU fan speed (0-100; 0 for a card without fans).", lambda gpu: gpu.fan_percent),
+)
+
+
+def _gpu_metrics(gpus: Sequence[GpuFigures]) -> Iterator[Metric]:
+    for name, help_text, value in _GPU_GAUGES:
+        family = GaugeMetricFamily(f"swaplab:{name}", help_text, labels=["id", "name", "uuid"])
+        for gpu in gpus:
+            family.add_metric([str(gpu.index), gpu.name, gpu.uuid], value(gpu))
+        yield family
 
 
 class Metrics:
@@ -84,6 +209,7 @@ class Metrics:
             "swaplab:activity_records_dropped_total", "Activity records not written to the store (queue full or write failed).",
             registry=registry,
         )
+        self._performance: PerformanceCollector | None = None
         # Label lookups take a lock and build a tuple; requests reuse the children.
         self._per_model: dict[str, tuple] = {}
         self._per_status: dict[tuple[str, int], Counter] = {}
@@ -158,6 +284,13 @@ class Metrics:
     def records_dropped(self, count: int) -> None:
         """The activity writer let `count` records go (pass this as its `on_drop`)."""
         self.activity_dropped.inc(count)
+
+    def watch_performance(self, latest: PerformanceSource) -> None:
+        """Show the performance sampler's latest sample on the page (host and GPU gauges)."""
+        if self._performance is not None:
+            self.registry.unregister(self._performance)
+        self._performance = PerformanceCollector(latest)
+        self.registry.register(self._performance)
 
     def render(self) -> tuple[bytes, str]:
         """The metrics page: body and content type."""

@@ -1,4 +1,5 @@
-"""What the GPUs themselves say: NVML's per-device memory, when there is NVML to ask.
+"""What the GPUs themselves say: NVML's per-device memory (placement) and activity
+(the performance sampler), when there is NVML to ask.
 
 Optional: `nvidia-ml-py` (the `gpu` extra) provides `pynvml`. Without it, without a
 driver or without a GPU, every reading is None and nothing else changes: placement
@@ -26,6 +27,22 @@ class DeviceReading:
     free_gib: float
 
 
+@dataclass(frozen=True)
+class DeviceActivity:
+    """What one GPU is doing now; a sensor NVML has not on this card (fans on a data-centre
+    card, power on some laptops) reads 0, as llama-swap reports it."""
+
+    index: int
+    name: str
+    uuid: str
+    utilisation_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    temperature_celsius: int
+    power_watts: float
+    fan_percent: float
+
+
 class DeviceProbe:
     """NVML, opened on first use and kept open; `read()` is None where NVML cannot answer."""
 
@@ -40,13 +57,11 @@ class DeviceProbe:
             return None
         try:
             readings = {}
-            for index in range(nvml.nvmlDeviceGetCount()):
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                name = nvml.nvmlDeviceGetName(handle)
+            for index, handle, name in _devices(nvml):
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 readings[index] = DeviceReading(
                     index=index,
-                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    name=name,
                     total_gib=memory.total / GIB,
                     used_gib=memory.used / GIB,
                     free_gib=memory.free / GIB,
@@ -55,6 +70,38 @@ class DeviceProbe:
             log.debug("NVML reading failed: %s", error)
             return None
         return readings or None
+
+    def activity(self) -> list[DeviceActivity] | None:
+        """Utilisation, memory and sensors of every device, by index; None without NVML or a GPU.
+
+        NVML may block for a while (a card waking up): call it off the event loop.
+        """
+        nvml = self._open()
+        if nvml is None:
+            return None
+        try:
+            devices = []
+            for index, handle, name in _devices(nvml):
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                utilisation = _sensor(nvml, nvml.nvmlDeviceGetUtilizationRates, handle)
+                power_milliwatts = _sensor(nvml, nvml.nvmlDeviceGetPowerUsage, handle)
+                devices.append(DeviceActivity(
+                    index=index,
+                    name=name,
+                    uuid=_text(_sensor(nvml, nvml.nvmlDeviceGetUUID, handle) or ""),
+                    utilisation_percent=float(utilisation.gpu) if utilisation is not None else 0.0,
+                    memory_used_bytes=int(memory.used),
+                    memory_total_bytes=int(memory.total),
+                    temperature_celsius=int(
+                        _sensor(nvml, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU) or 0
+                    ),
+                    power_watts=(power_milliwatts or 0) / 1000,
+                    fan_percent=float(_sensor(nvml, nvml.nvmlDeviceGetFanSpeed, handle) or 0),
+                ))
+        except nvml.NVMLError as error:
+            log.debug("NVML reading failed: %s", error)
+            return None
+        return devices or None
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -82,6 +129,25 @@ class DeviceProbe:
             return None
         self._nvml = pynvml
         return pynvml
+
+
+def _devices(nvml: Any):
+    """(index, handle, name) of every device NVML sees."""
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        yield index, handle, _text(nvml.nvmlDeviceGetName(handle))
+
+
+def _sensor(nvml: Any, read: Any, *arguments: Any) -> Any:
+    """One optional reading: None where this card has no such sensor (NVML_ERROR_NOT_SUPPORTED and kin)."""
+    try:
+        return read(*arguments)
+    except nvml.NVMLError:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def read_devices() -> dict[int, DeviceReading] | None:

@@ -22,6 +22,7 @@ from swaplab.config.model import Config
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub
 from swaplab.fleet.lease import OverCapacity
+from swaplab.fleet.performance import PerformanceSampler
 from swaplab.metrics import Metrics
 from swaplab.results.activity import recent_activity
 from swaplab.results.writer import ActivityWriter
@@ -30,6 +31,7 @@ from swaplab.router.forward import MODEL_ROUTES, Forwarder
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch
+from swaplab.router.performance import BAD_AFTER, DISABLED, parse_after, report
 from swaplab.router.proxy import UpstreamPools
 from swaplab.router.listing import model_records, peer_record
 from swaplab.router.profiles import ProfileSwitch
@@ -65,6 +67,8 @@ class Router:
             on_change=self.metrics.peer_availability,
         )
         self.profiles = ProfileSwitch()
+        self.performance = PerformanceSampler(config.performance_every, config.performance_disabled)
+        self.metrics.watch_performance(self.performance.latest)
         self.forwarder = Forwarder(self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles)
         self.started = time.time()
         self._background: set[asyncio.Task[Any]] = set()
@@ -97,6 +101,7 @@ class Router:
         app.router.add_get("/logs/stream", self.handle_logs_stream)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/api/activity", self.handle_activity)
+        app.router.add_get("/api/performance", self.handle_performance)
         add_ui_routes(app)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
@@ -106,6 +111,7 @@ class Router:
         await asyncio.to_thread(self.activity.start)
         await self.fleet.open()
         self.peers.start(self.config)
+        self.performance.start()
         self._preload()
 
     async def _on_shutdown(self, app: web.Application) -> None:
@@ -114,6 +120,7 @@ class Router:
     async def close(self) -> None:
         """Stop probing and every backend, then drop the upstream connection pools."""
         self.peers.stop()
+        await self.performance.close()
         for task in self._background:
             task.cancel()
         await self.fleet.close()
@@ -171,6 +178,7 @@ class Router:
         changed = sorted(m for m in old.models if m not in new.models or not same_entry(old.models[m], new.models[m]))
         added = sorted(m for m in new.models if m not in old.models)
         self.peers.start(new)
+        self.performance.configure(new.performance_every, new.performance_disabled)
         await self.fleet.reconfigure(new, changed)
         self.profiles.reset()  # as llama-swap: every config starts with no profile active
         log.info("config reloaded: %d changed or removed (%s), %d added (%s)",
@@ -291,6 +299,17 @@ class Router:
             recent_activity, self.activity.path, request.query.get("model"), int(request.query.get("limit", "50"))
         )
         return web.json_response({"activity": rows})
+
+    async def handle_performance(self, request: web.Request) -> web.Response:
+        """`GET /api/performance[?after=RFC3339]`: the sampler's ring in llama-swap's JSON; 503 while disabled."""
+        if not self.performance.enabled:
+            return web.json_response(DISABLED, status=503)
+        after = None
+        if request.query.get("after"):
+            after = parse_after(request.query["after"])
+            if after is None:
+                return llama_swap_error(request.headers.get("Accept", ""), 400, BAD_AFTER)
+        return web.json_response(report(self.performance, after))
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.Response(text="OK")
