@@ -179,6 +179,26 @@ async def test_a_stop_never_lets_a_second_server_start_on_the_same_port(fleet_of
         fleet.release(lease, succeeded=True)
 
 
+async def test_cmd_stop_runs_in_the_models_environment(fleet_of, tmp_path):
+    """As llama-swap runs it: a stop script sees the model's `env` (a container name, a socket)."""
+    marker = f"stopenv-{uuid.uuid4().hex[:8]}"
+    seen = tmp_path / "seen"
+    fleet = await fleet_of(f"""
+startPort: {free_port_block()}
+healthCheckTimeout: 60
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model {marker}
+    env: ["STOP_MARK={marker}"]
+    cmdStop: sh -c 'echo "$STOP_MARK" > {seen}; kill ${{PID}}'
+""")
+    lease = await asyncio.wait_for(fleet.acquire("a"), 60)
+    fleet.release(lease, succeeded=True)
+    await fleet.unload("a")
+    assert seen.read_text().strip() == marker
+    assert processes_of(marker) == []
+
+
 def test_log_lines_written_from_another_thread_reach_subscribers_on_the_loop():
     """The activity writer logs from its own thread; asyncio queues must only be touched on their loop."""
 

@@ -134,6 +134,30 @@ models:
         assert status == 200, reply
 
 
+async def test_preload_starts_its_models_one_after_another_as_llama_swap_does(router_factory):
+    router = router_factory(f"""
+healthCheckTimeout: 30
+hooks:
+  on_startup:
+    preload: [a, b]
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a --load-seconds 3
+  b:
+    cmd: {SIM} --port ${{PORT}} --model b
+groups:
+  together:
+    swap: false
+    members: [a, b]
+""")
+    async with aiohttp.ClientSession() as session:
+        await wait_for_state(session, router.url, "a", "starting", timeout=30)
+        # b could run beside a, but its turn comes once a is ready.
+        assert (await running(session, router.url)).get("b", {}).get("state", "stopped") == "stopped"
+        await wait_for_state(session, router.url, "b", "ready", timeout=60)
+        assert (await running(session, router.url))["a"]["state"] == "ready"
+
+
 def heartbeat_config(top: str = "heartbeatInterval: 0.3") -> str:
     return f"""
 healthCheckTimeout: 30

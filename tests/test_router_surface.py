@@ -98,6 +98,39 @@ models:
     }
 
 
+RAW_ECHO_SCRIPT = """
+import sys
+from aiohttp import web
+async def echo(request):  # the bytes received, whatever their type
+    return web.json_response({"raw": (await request.read()).decode(errors="replace")})
+app = web.Application()
+app.router.add_get("/health", lambda r: web.Response(text="ok"))
+app.router.add_post("/{tail:.*}", echo)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+async def test_use_model_name_renames_a_forms_model_field_too(router_factory, tmp_path):
+    script = tmp_path / "raw_echo.py"
+    script.write_text(RAW_ECHO_SCRIPT)
+    router = router_factory(f"""
+models:
+  whisper:
+    cmd: {PYTHON} {script} ${{PORT}}
+    useModelName: served-name
+""")
+    form = aiohttp.FormData()
+    form.add_field("model", "whisper")
+    form.add_field("file", b"RIFF....", filename="a.wav", content_type="audio/wav")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/v1/audio/transcriptions", data=form) as response:
+            assert response.status == 200
+            raw = (await response.json())["raw"]
+    # As llama-swap's ReplaceRequestModel: the upstream sees its own name, the file untouched.
+    assert 'name="model"\r\n\r\nserved-name\r\n' in raw and "whisper" not in raw
+    assert 'filename="a.wav"' in raw and "RIFF...." in raw
+
+
 async def test_concurrency_limit_answers_429_with_retry_after(router_factory):
     router = router_factory(f"""
 models:

@@ -246,7 +246,7 @@ class Backend:
             raise BackendStartError(
                 f"model {self.id!r} has no cmd: it cannot be started (give it a cmd in the config)"
             )
-        env = {**os.environ, **device_env(self.model, os.environ), **self._extra_env, **dict(self.model.env)}
+        env = self._environment()
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await loop.subprocess_exec(
@@ -365,12 +365,17 @@ class Backend:
         # Whatever the server spawned and left in its group (after a crash, all of it).
         signal_group(pid, signal.SIGKILL)
 
+    def _environment(self) -> dict[str, str]:
+        """The server's environment: the router's, its devices, then the model's `env`."""
+        return {**os.environ, **device_env(self.model, os.environ), **self._extra_env, **dict(self.model.env)}
+
     async def _run_cmd_stop(self, pid: int) -> None:
         argv = [part.replace("${PID}", str(pid)) for part in self.model.cmd_stop or ()]
         try:
+            # In the server's own environment, as llama-swap runs it: a stop script may read its `env`.
             stopper = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=self._environment(),
             )
         except OSError as error:
             log.warning("%s cmdStop failed (%s): sending SIGTERM instead", self.id, error)

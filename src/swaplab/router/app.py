@@ -160,17 +160,17 @@ class Router:
         task.add_done_callback(self._background.discard)
 
     def _preload(self) -> None:
-        """`hooks.on_startup.preload`: start those models as if a request had come."""
-        for name in self.config.preload:
-            model_id = self.config.resolve_alias(name)
-            if model_id is not None:
-                self._spawn(self._load_quietly(model_id))
+        """`hooks.on_startup.preload`: start those models as if a request had come, one after
+        another in the order listed (each once the one before is ready or failed), as llama-swap does."""
+        model_ids = [self.config.resolve_alias(name) for name in self.config.preload]
+        self._spawn(self._load_in_turn([model_id for model_id in model_ids if model_id is not None]))
 
-    async def _load_quietly(self, model_id: str) -> None:
-        try:
-            await self.fleet.load(model_id)
-        except SwaplabError as error:
-            log.error("preload of %s failed: %s", model_id, error)
+    async def _load_in_turn(self, model_ids: list[str]) -> None:
+        for model_id in model_ids:
+            try:
+                await self.fleet.load(model_id)
+            except SwaplabError as error:
+                log.error("preload of %s failed: %s", model_id, error)
 
     async def reload(self, new: Config) -> dict[str, list[str]]:
         """Put `new` in force: unchanged models keep running, changed or removed ones stop gracefully."""

@@ -225,9 +225,13 @@ class Forwarder:
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.
                 model = lease.model
-                sent = body if document is None else self._filtered(
-                    body, document, model.use_model_name or None, model.filters, name
-                )
+                if document is not None:
+                    sent = self._filtered(body, document, model.use_model_name or None, model.filters, name)
+                elif model.use_model_name:  # a form (audio transcriptions): its `model` field, as llama-swap renames it
+                    content_type = request.headers.get("Content-Type", "")
+                    sent = replace_multipart_field(content_type, body, "model", model.use_model_name)
+                else:
+                    sent = body
                 try:
                     upstream = await open_upstream(
                         self._upstream_session(model.proxy, model.timeouts),
