@@ -277,7 +277,9 @@ def bootstrap_ratio(numerator: list[float], denominator: list[float], draws: int
     return ratios[int(0.05 * draws)], ratios[int(0.95 * draws)]
 
 
-def router_config(fast: int, paced: int, llama: int | None, smollm2: str | None, routing: str = "group") -> str:
+def router_config(
+    fast: int, paced: int, llama: int | None, smollm2: str | None, routing: str = "group", capture_buffer: int = 5
+) -> str:
     """The router's config: the upstreams run side by side, under a group that never swaps
     (`routing group`) or under llama-swap's matrix router with one set holding them all
     (`routing matrix`), so the matrix's solver and placement are on the measured path."""
@@ -303,6 +305,7 @@ groups:
 """
     text = f"""
 healthCheckTimeout: 120
+captureBuffer: {capture_buffer}
 {placement.strip()}
 models:
   fast:
@@ -358,6 +361,10 @@ async def main() -> int:
         "matrix router with one set holding them all",
     )
     parser.add_argument(
+        "--capture-buffer", type=int, default=5, metavar="MIB",
+        help="the router's captureBuffer (default 5, as llama-swap's; 0 = no captures)",
+    )
+    parser.add_argument(
         "--burst-rounds", type=int, help="rounds of the burst measure per upstream (default 60, --quick 10)"
     )
     parser.add_argument(
@@ -386,9 +393,11 @@ async def main() -> int:
     fast, paced = free_port(), free_port()
     llama = free_port() if smollm2 else None
     config = workdir / "config.yaml"
-    config.write_text(router_config(fast, paced, llama, smollm2, args.routing))
+    config.write_text(router_config(fast, paced, llama, smollm2, args.routing, args.capture_buffer))
     processes = Fleet(workdir)
-    report: dict = {"machine": {"cpus": os.cpu_count()}, "routing": args.routing, "raw": {}}
+    report: dict = {
+        "machine": {"cpus": os.cpu_count()}, "routing": args.routing, "capture_buffer": args.capture_buffer, "raw": {},
+    }
     try:
         router_port = free_port()
         router = processes.spawn("router", [

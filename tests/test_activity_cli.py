@@ -54,6 +54,24 @@ def test_shows_rows_written_through_the_writer(tmp_path):
     assert "gemma3-270m" in latest.stdout and "smollm2" not in latest.stdout
 
 
+def test_a_session_column_only_when_a_row_names_a_session(tmp_path):
+    db = tmp_path / "swaplab.db"
+    row = {"model": "smollm2", "path": "/v1/chat/completions", "status": 200, "duration_ms": 40.0}
+    with ActivityWriter(db) as writer:
+        writer.submit(ActivityRecord(time=1_800_000_000.0, **row))
+
+    def header(lines: list[str]) -> str:
+        return next(line for line in lines if "┃ time" in line)
+
+    assert "┃ session" not in header(activity("--db", str(db)).stdout.splitlines())
+    with ActivityWriter(db) as writer:
+        writer.submit(ActivityRecord(time=1_800_000_001.0, session_id="chat-7f3a", **row))
+    lines = activity("--db", str(db)).stdout.splitlines()
+    assert "┃ session" in header(lines)
+    [without, with_session] = [line for line in lines if "smollm2" in line]
+    assert "chat-7f3a" in with_session and "chat-7f3a" not in without and " - " in without
+
+
 async def test_shows_a_request_that_just_went_through_the_relay(tmp_path):
     port = free_port()
     sim = SwaplabProcess(["sim", "--port", str(port), "--model", "sim-a"], tmp_path / "sim.log")

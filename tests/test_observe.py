@@ -11,6 +11,7 @@ import pytest
 
 from observed_proxy import RelayProxy
 from procs import SwaplabProcess, eventually, free_port, http_status, wait_until
+from swaplab.router.captures import PendingCapture
 from swaplab.router.observe import HEAD_BYTES, TAIL_BYTES, RequestObservation, token_counts
 
 CHAT = [{"role": "user", "content": "Write a long story about a dragon."}]
@@ -136,6 +137,32 @@ async def test_a_long_stream_is_held_in_a_bounded_window(sim):
     assert biggest <= HEAD_BYTES + 2 * TAIL_BYTES + max(map(len, sample.chunks))  # the tail holds whole chunks
     usage = sse_events(sample.body)[-1]["usage"]
     assert counts(observation.finish()) == (usage["prompt_tokens"], 4000, None)
+
+
+async def test_a_captured_stream_keeps_every_byte_and_the_same_counts(sim):
+    sample = await capture(f"{sim}/v1/chat/completions", {
+        "model": "simmodel", "messages": CHAT, "max_tokens": 4000, "stream": True,
+        "stream_options": {"include_usage": True},
+    })
+    headers = {"Authorization": "Bearer sk-x", "X-Session-ID": "s-1"}
+    for limit, kept in ((10 * len(sample.body), True), (len(sample.body) // 2, False)):
+        observation = RequestObservation(
+            "m", "/p", request_headers=headers, session_headers=("X-Session-ID",),
+            capture=PendingCapture(5, "POST", "/p", headers, limit),
+        )
+        observation.sending(b'{"sent": true}')
+        observation.on_headers(sample.status, sample.content_type)
+        for chunk in sample.chunks:
+            observation.on_chunk(chunk)
+        record = observation.finish()  # the record first, as the router's batch takes them
+        assert counts(record) == (counts(sample.observe())) and record.capture_id == 5 and record.session_id == "s-1"
+        captured = observation.capture()
+        if not kept:  # more than its limit: given up while it streamed
+            assert captured is None
+            continue
+        assert captured.response_body == sample.body and captured.request_body == b'{"sent": true}'
+        assert captured.status == 0 and captured.request_headers["Authorization"] == "[REDACTED]"
+        assert observation.capture() is None  # taken once
 
 
 async def test_sim_error_body_becomes_the_error(sim):

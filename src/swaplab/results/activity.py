@@ -31,6 +31,8 @@ class ActivityRecord:
     tokens_per_second: float | None = None  # decode rate
     client_disconnected: bool = False
     error: str | None = None
+    session_id: str | None = None  # the client's session (`ui.activity.session_id` headers)
+    capture_id: int | None = None  # the id its capture is kept under in the router's memory (`captureBuffer`)
 
 
 COLUMNS = tuple(field.name for field in dataclasses.fields(ActivityRecord))

@@ -173,11 +173,14 @@ def model_name(model: str, requested_model: str | None) -> str:
 
 
 def activity_table(rows: list[dict[str, Any]], *, title: str | None = None) -> Table:
-    """A rich table of activity rows, in the order given."""
+    """A rich table of activity rows, in the order given; a session column when any row names one."""
     from rich.table import Table
 
+    sessions = any(row.get("session_id") for row in rows)
     table = Table(title=title, title_justify="left")
     table.add_column("time", no_wrap=True)
+    if sessions:
+        table.add_column("session", overflow="fold")
     table.add_column("model", no_wrap=True)
     table.add_column("path", no_wrap=True)
     table.add_column("status", justify="right")
@@ -198,6 +201,7 @@ def activity_table(rows: list[dict[str, Any]], *, title: str | None = None) -> T
         error = row["error"] or ""
         table.add_row(
             stamp.removeprefix(today + " "),
+            *([row.get("session_id") or "-"] if sessions else []),
             model,
             row["path"],
             status,

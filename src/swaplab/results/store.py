@@ -109,6 +109,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         "DROP INDEX runs_by_alias",
         "CREATE INDEX runs_by_requested_model ON runs (requested_model, started_at)",
     ),
+    # 4: the client's session id (`ui.activity.session_id`) and the id of the request's
+    # capture in the router's memory (`captureBuffer`, `GET /api/captures/{id}`). Older
+    # rows have neither.
+    (
+        "ALTER TABLE activity ADD COLUMN session_id TEXT",
+        "ALTER TABLE activity ADD COLUMN capture_id INTEGER",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -27,6 +27,7 @@ from swaplab.metrics import Metrics
 from swaplab.results.activity import recent_activity
 from swaplab.results.writer import ActivityWriter
 from swaplab.router.auth import api_key_middleware
+from swaplab.router.captures import CaptureStore, secrets_of
 from swaplab.router.forward import MODEL_ROUTES, Forwarder
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.observe import RequestObservation
@@ -69,7 +70,10 @@ class Router:
         self.profiles = ProfileSwitch()
         self.performance = PerformanceSampler(config.performance_every, config.performance_disabled)
         self.metrics.watch_performance(self.performance.latest)
-        self.forwarder = Forwarder(self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles)
+        self.captures = CaptureStore(config.capture_buffer_mb)
+        self.forwarder = Forwarder(
+            self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles, self.captures
+        )
         self.started = time.time()
         self._background: set[asyncio.Task[Any]] = set()
         self._ended: list[RequestObservation] = []
@@ -101,6 +105,7 @@ class Router:
         app.router.add_get("/logs/stream", self.handle_logs_stream)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/api/activity", self.handle_activity)
+        app.router.add_get("/api/captures/{id}", self.handle_capture)
         app.router.add_get("/api/performance", self.handle_performance)
         add_ui_routes(app)
         app.on_startup.append(self._on_startup)
@@ -135,7 +140,7 @@ class Router:
             self._bookkeeping = asyncio.get_running_loop().call_later(BOOKKEEPING_SECONDS, self._bookkeep)
 
     def _bookkeep(self) -> None:
-        """Turn the ended requests into records: the activity table (written by its thread) and /metrics.
+        """Turn the ended requests into records: the activity table (written by its thread), /metrics, captures.
 
         Reading a response's usage and updating the metrics cost more than relaying it
         did; done in a batch a moment later, that work never sits between a burst of
@@ -145,9 +150,17 @@ class Router:
             self._bookkeeping.cancel()
             self._bookkeeping = None
         ended, self._ended = self._ended, []
+        secrets: tuple[str, ...] | None = None
         for observation in ended:
             try:
                 record = observation.record()
+                if observation.pending is not None:
+                    if secrets is None:
+                        config = self.config
+                        secrets = secrets_of(config.api_keys, (peer.api_key for peer in config.peers.values()))
+                    capture = observation.capture(secrets)
+                    if capture is not None:
+                        self.captures.add(capture)
             except Exception:  # recording must never break the router
                 log.exception("recording the activity of %s %s failed", observation.model, observation.path)
                 continue
@@ -181,6 +194,7 @@ class Router:
         self.performance.configure(new.performance_every, new.performance_disabled)
         await self.fleet.reconfigure(new, changed)
         self.profiles.reset()  # as llama-swap: every config starts with no profile active
+        self.captures.resize(new.capture_buffer_mb)
         log.info("config reloaded: %d changed or removed (%s), %d added (%s)",
                  len(changed), ", ".join(changed) or "-", len(added), ", ".join(added) or "-")
         return {"changed": changed, "added": added}
@@ -298,7 +312,22 @@ class Router:
         rows = await asyncio.to_thread(
             recent_activity, self.activity.path, request.query.get("model"), int(request.query.get("limit", "50"))
         )
+        for row in rows:  # llama-swap's overlay: whether the capture is still held
+            row["has_capture"] = row["capture_id"] is not None and row["capture_id"] in self.captures
         return web.json_response({"activity": rows})
+
+    async def handle_capture(self, request: web.Request) -> web.Response:
+        """`GET /api/captures/{id}`: the request's capture in llama-swap's JSON; its 404 once dropped (or never kept)."""
+        self._bookkeep()
+        accept = request.headers.get("Accept", "")
+        try:
+            capture_id = int(request.match_info["id"])
+        except ValueError:
+            return llama_swap_error(accept, 400, "invalid capture ID")
+        capture = self.captures.get(capture_id)
+        if capture is None:
+            return llama_swap_error(accept, 404, "capture not found")
+        return web.json_response(capture.to_json())
 
     async def handle_performance(self, request: web.Request) -> web.Response:
         """`GET /api/performance[?after=RFC3339]`: the sampler's ring in llama-swap's JSON; 503 while disabled."""

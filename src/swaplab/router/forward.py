@@ -31,6 +31,7 @@ from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity
 from swaplab.metrics import Metrics
 from swaplab.router import filters
 from swaplab.router.auth import CREDENTIAL_HEADERS
+from swaplab.router.captures import CaptureStore
 from swaplab.router.keepalive import KeepAlive, KeepAliveClock, error_event, stream_dialect
 from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
 from swaplab.router.loading import loading_event, progress_text, wants_loading_state
@@ -81,6 +82,7 @@ class Forwarder:
         metrics: Metrics,
         record: Callable[[RequestObservation], None],
         profiles: ProfileSwitch | None = None,
+        captures: CaptureStore | None = None,
     ):
         self.fleet = fleet
         self.profiles = profiles or ProfileSwitch()
@@ -90,6 +92,7 @@ class Forwarder:
         self.metrics = metrics
         self._record = record
         """Where every observed request ends up (`RequestObservation.on_end`)."""
+        self._captures = captures  # the router's: where requests are captured (None or no budget: none is)
         self._upstream_session = pools.session
         self._keepalive_clock = KeepAliveClock()
 
@@ -197,10 +200,15 @@ class Forwarder:
             return await self._forward_to_peer(request, target, name, path, body, document)
         return await self._forward_to_model(request, target.model_id, name, path, body, document)
 
+    def _observe(self, request: web.Request, model: str, path: str, name: str, peer: str | None = None,
+                 capture: bool = True) -> RequestObservation:
+        return RequestObservation.of(request, model, path, name, peer, self._record, self.config.session_id_headers,
+                                     self._captures if capture else None)
+
     async def _forward_to_model(
         self, request: web.Request, model_id: str, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
-        observation = RequestObservation(model_id, path, requested_model=name, on_end=self._record)
+        observation = self._observe(request, model_id, path, name)
         model = self.config.models[model_id]
         dialect = stream_dialect(path, document)
         keepalive = None
@@ -232,6 +240,7 @@ class Forwarder:
                     sent = replace_multipart_field(content_type, body, "model", model.use_model_name)
                 else:
                     sent = body
+                observation.sending(sent)
                 try:
                     upstream = await open_upstream(
                         self._upstream_session(model.proxy, model.timeouts),
@@ -327,9 +336,7 @@ class Forwarder:
         self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         peer = target.peer
-        observation = RequestObservation(
-            target.model, path, peer=peer.id, requested_model=name, on_end=self._record
-        )
+        observation = self._observe(request, target.model, path, name, peer.id)
         health = self.peers.health(peer.id, target.model)
         if not health.available:
             return await _failed(
@@ -338,6 +345,7 @@ class Forwarder:
             )
         if document is not None:
             body = self._filtered(body, document, target.model, peer.filters, name)
+        observation.sending(body)
         dialect = stream_dialect(path, document)
         keepalive = None
         if dialect is not None:
@@ -379,7 +387,7 @@ class Forwarder:
     ) -> web.StreamResponse:
         """A websocket to a local model: admitted like any request and held for the socket's life,
         unless the model has `compat.ignoreWebsockets` (then only while it is ready, and unadmitted)."""
-        observation = RequestObservation(model_id, path, requested_model=name, on_end=self._record)
+        observation = self._observe(request, model_id, path, name, capture=False)  # no capture of frames
         model = self.config.models[model_id]
         lease: Lease | None = None
         if model.ignore_websockets:
@@ -414,7 +422,7 @@ class Forwarder:
         self, request: web.Request, target: PeerTarget, name: str, path: str
     ) -> web.StreamResponse:
         peer = target.peer
-        observation = RequestObservation(target.model, path, peer=peer.id, requested_model=name, on_end=self._record)
+        observation = self._observe(request, target.model, path, name, peer.id, capture=False)
         response, _ = await relay_websocket(
             request, self._upstream_session(peer.proxy, peer.timeouts), peer.proxy.rstrip("/") + path,
             self._upstream_headers(request, peer_credentials(peer)), observation,
@@ -440,7 +448,7 @@ class _Failure:
 
 
 async def _failed(
-    observation: RequestObservation | None,
+    observation: RequestObservation,
     status: int,
     message: str,
     kind: str,
@@ -452,16 +460,18 @@ async def _failed(
     Inside an event stream already under way (heartbeats, loading progress), the error
     is its final event, in the route's own framing.
     """
-    if observation is not None:
-        observation.fail(status, message)
+    observation.fail(status, message)
     committed = await keepalive.stop() if keepalive is not None else None
     if committed is not None and keepalive is not None:
-        await committed.write(error_event(message, keepalive.dialect, status))
+        event = error_event(message, keepalive.dialect, status)
+        observation.answered(committed, event)  # for its capture, built in the next batch
+        await committed.write(event)
         await committed.write_eof()
         return committed
     response = error_response(status, message, kind)
     if retry_after is not None:
         response.headers["Retry-After"] = str(max(1, round(retry_after)))
+    observation.answered(response, response.body)  # type: ignore[arg-type]  # json_response's: bytes
     return response
 
 

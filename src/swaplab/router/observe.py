@@ -6,6 +6,10 @@ time and keeps a reference to the chunk in a bounded window; nothing is parsed u
 the end (OpenAI `usage`, llama.cpp `timings`) or, for Anthropic streams, split
 between the first event (input) and the last (output). So the observation keeps the
 first few KiB and the last few KiB of the body and looks there, once.
+
+A request being captured (`captureBuffer`) costs the relay nothing more per chunk: the
+chunks that leave the last-KiB window are kept (by reference) in its `PendingCapture`
+instead of being let go, and the capture is built with the record, in the batch.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swaplab.results.activity import ActivityRecord
+from swaplab.router.captures import Capture, CaptureStore, PendingCapture
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger("swaplab.router")
 
@@ -54,6 +62,7 @@ class RequestObservation:
 
     __slots__ = (
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
+        "request_headers", "session_headers", "capture_id", "pending", "response",
         "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
     )
@@ -66,12 +75,23 @@ class RequestObservation:
         *,
         requested_model: str | None = None,
         on_end: Callable[[RequestObservation], None] | None = None,
+        request_headers: Mapping[str, str] | None = None,
+        session_headers: tuple[str, ...] = (),
+        capture: PendingCapture | None = None,
     ):
         self.model = model
         self.path = path
         self.peer = peer
         self.requested_model = requested_model
         self.on_end = on_end
+        self.request_headers = request_headers
+        """The client's headers: the session id is read from them (`session_headers`, in order), off the path."""
+        self.session_headers = session_headers
+        self.pending = capture
+        """The request's capture while it is under way (None when captures are off)."""
+        self.capture_id = capture.id if capture is not None else None
+        self.response: web.StreamResponse | None = None
+        """What the client was answered with (set by the relay or the router's own answer), for a capture."""
         self.time = time.time()
         self._started = time.perf_counter()
         self.status = 0
@@ -88,6 +108,37 @@ class RequestObservation:
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
         self._gap = False  # bytes were let go between the head and the tail
+
+    @classmethod
+    def of(
+        cls,
+        request: web.Request,
+        model: str,
+        path: str,
+        requested_model: str,
+        peer: str | None,
+        on_end: Callable[[RequestObservation], None],
+        session_headers: tuple[str, ...],
+        captures: CaptureStore | None,
+    ) -> RequestObservation:
+        """The observation of a request the router forwards, captured while `captures` has a budget."""
+        pending = None
+        if captures is not None and captures.enabled:
+            pending = PendingCapture(captures.new_id(), request.method, request.path, request.headers, captures.budget)
+        return cls(
+            model, path, peer, requested_model=requested_model, on_end=on_end, request_headers=request.headers,
+            session_headers=session_headers, capture=pending,
+        )
+
+    def sending(self, body: bytes) -> None:
+        """The request's body as it goes upstream (after the filters): for a capture."""
+        if self.pending is not None:
+            self.pending.request_body = body
+
+    def answered(self, response: web.StreamResponse, body: bytes) -> None:
+        """The router answered the client itself, with `response` ending in `body`: for a capture."""
+        self.response = response
+        self.wrote(body)
 
     def on_headers(self, status: int, content_type: str) -> None:
         """The upstream's status line and content type arrived."""
@@ -109,12 +160,23 @@ class RequestObservation:
         """A whole non-streamed body at once."""
         self.on_chunk(data)
 
+    def wrote(self, data: bytes) -> None:
+        """Bytes the router itself wrote to the client after the relayed ones (its error event or answer): for a capture."""
+        if self.pending is not None:
+            self.pending.trailer += data
+
     def _trim(self) -> None:
-        # Keep at least TAIL_BYTES in the tail; what leaves it fills the head, then is let go.
+        # Keep at least TAIL_BYTES in the tail; what leaves it fills the head, then is let go
+        # (or, while the request is captured, kept for the capture).
         tail = self._tail
+        pending = self.pending
+        kept = pending.chunks if pending is not None else None
+        before = self._tail_bytes
         while self._tail_bytes - len(tail[0]) >= TAIL_BYTES:
             chunk = tail.popleft()
             self._tail_bytes -= len(chunk)
+            if kept is not None:
+                kept.append(chunk)
             room = HEAD_BYTES - self._head_bytes
             if room > 0 and not self._gap:
                 if len(chunk) > room:
@@ -124,10 +186,14 @@ class RequestObservation:
                 self._head_bytes += len(chunk)
             else:
                 self._gap = True
+        if kept is not None:  # counted per trim, not per chunk: at most 2 * TAIL_BYTES past the limit
+            pending.held += before - self._tail_bytes  # type: ignore[union-attr]
+            if pending.held > pending.limit:  # type: ignore[union-attr]
+                pending.chunks = None  # type: ignore[union-attr]
 
     @property
     def retained_bytes(self) -> int:
-        """Bytes of the body held for `finish` (bounded, however long the response)."""
+        """Bytes of the body held for `finish` (bounded, however long the response; a capture's aside)."""
         return self._head_bytes + self._tail_bytes
 
     @property
@@ -196,10 +262,43 @@ class RequestObservation:
             tokens_per_second=tokens_per_second,
             client_disconnected=disconnected,
             error=error,
+            session_id=self.session_id(),
+            capture_id=self.capture_id,
         )
         self._head.clear()
-        self._tail.clear()
+        if self.pending is None:  # else the capture still needs the tail
+            self._tail.clear()
         return self._record
+
+    def session_id(self) -> str | None:
+        """The client's session: the first non-empty value among `session_headers`, in their order."""
+        headers = self.request_headers
+        if headers is None:
+            return None
+        for name in self.session_headers:
+            value = headers.get(name, "").strip()
+            if value:
+                return value
+        return None
+
+    def capture(self, secrets: Iterable[str] = ()) -> Capture | None:
+        """The request and its response as captured, credentials and `secrets` redacted (once, after `end`).
+
+        None when it was not captured, or its response grew past the whole budget.
+        """
+        pending = self.pending
+        if pending is None or self._ended_at is None:
+            return None
+        self.pending = None
+        response = self.response
+        if response is not None:
+            status, headers = response.status, response.headers.items()
+        else:  # the client left before any answer
+            status, headers = 0, ()
+        capture = pending.build(self._tail, status, headers, secrets)
+        if self._record is not None:
+            self._tail.clear()
+        return capture
 
 
 # -- reading the upstream's accounting (pure functions over bytes) ---------------

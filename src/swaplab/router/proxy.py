@@ -205,8 +205,8 @@ async def relay(
     """Copy the upstream's response to the client as it arrives; close the upstream on any exit.
 
     Returns the client's response and whether the upstream's response arrived in full.
-    `observation`, when given, sees the status and every chunk, and is finished on every
-    way out (a client that went away included). `keepalive` is the client's heartbeat:
+    `observation`, when given, sees the status and every chunk (and any error event the
+    router adds), and is finished on every way out (a client that went away included). `keepalive` is the client's heartbeat:
     if it already committed an event stream, the upstream's events continue it (and an
     upstream that answers anything but an event stream ends it with an error event);
     otherwise it may still beat into the upstream's own event stream until the first
@@ -228,7 +228,10 @@ async def relay(
             if observation is not None:
                 observation.on_chunk(answer)
             failure = f"the backend answered HTTP {upstream.status}: {_error_text(answer)}"
-            await response.write(error_event(failure, dialect, upstream.status))
+            event = error_event(failure, dialect, upstream.status)
+            if observation is not None:
+                observation.wrote(event)
+            await response.write(event)
             await response.write_eof()
             return response, False
         if response is None:
@@ -268,7 +271,10 @@ async def relay(
                 if request.transport is not None:
                     request.transport.close()  # a truncated body must not look complete
                 return response, False
-            await response.write(error_event(failure, dialect))
+            event = error_event(failure, dialect)
+            if observation is not None:
+                observation.wrote(event)
+            await response.write(event)
             await response.write_eof()
             return response, False
         await response.write_eof()
@@ -285,6 +291,7 @@ async def relay(
         else:
             upstream.close()  # drop the connection: the upstream sees its client go away
         if observation is not None:
+            observation.response = response  # what the client got, for a capture
             observation.end(completed=completed, disconnected=disconnected, error=failure)
 
 
