@@ -44,7 +44,7 @@ def test_a_new_store_is_current_and_in_wal_mode(tmp_path):
     assert columns == [
         "id", "time", "model", "requested_model", "peer", "path", "status", "prompt_tokens", "completion_tokens",
         "cached_tokens", "ttft_ms", "duration_ms", "tokens_per_second", "client_disconnected", "error",
-        "session_id", "capture_id",
+        "session_id", "capture_id", "metadata",
     ]
 
 
@@ -88,11 +88,26 @@ def test_a_version_3_store_gains_session_and_capture_ids_keeping_its_rows(tmp_pa
             "VALUES (1800000000.0, 'smollm2', '/v1/chat/completions', 200, 80.0, 5)"
         )
     with closing(connect(path)) as connection:
-        assert schema_version(connection) == SCHEMA_VERSION == 4
+        assert schema_version(connection) == SCHEMA_VERSION
         insert_activity(connection, [record(6, session_id="chat-42", capture_id=2**40 + 1)])
     old, new = sorted(recent_activity(path), key=lambda row: row["id"])
     assert (old["completion_tokens"], old["session_id"], old["capture_id"]) == (5, None, None)
     assert (new["completion_tokens"], new["session_id"], new["capture_id"]) == (6, "chat-42", 2**40 + 1)
+
+
+def test_a_version_4_store_gains_metadata_keeping_its_rows(tmp_path):
+    path = tmp_path / "v4.db"
+    with closing(connect(path, migrations=MIGRATIONS[:4])) as connection:  # the schema before migration 5
+        connection.execute(
+            "INSERT INTO activity (time, model, path, status, duration_ms, session_id) "
+            "VALUES (1800000000.0, 'smollm2', '/v1/chat/completions', 200, 80.0, 'chat-1')"
+        )
+    with closing(connect(path)) as connection:
+        assert schema_version(connection) == SCHEMA_VERSION == 5
+        insert_activity(connection, [record(6, metadata='{"selector": "pool"}')])
+    old, new = sorted(recent_activity(path), key=lambda row: row["id"])
+    assert (old["session_id"], old["metadata"]) == ("chat-1", None)
+    assert new["metadata"] == {"selector": "pool"}  # read back as the object
 
 
 def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path):

@@ -170,6 +170,20 @@ def test_selectors_reserve_and_release():
         selectors.choose(config.selectors["gone"], states.__getitem__)
 
 
+def test_an_ignored_websocket_holds_no_spillover_reservation():
+    """llama-swap's IgnoredWebsocketDoesNotReserveSpillover, as the decision: a, b, c ready, the first socket open."""
+    models = {"a": model("a", ignore_websockets=True), "b": model("b"), "c": model("c")}
+    config = Config(path="x", models=models, selectors={
+        "s": SelectorConfig(id="s", strategy="spillover", targets=("a", "b", "c")),
+    })
+    ready = {"a": State.READY, "b": State.READY, "c": State.READY}.__getitem__
+    for websocket, second in ((True, "b"), (False, "c")):  # a websocket to b or c would hold its reservation
+        selectors = Selectors(config)
+        first = selectors.choose(config.selectors["s"], ready, websocket=websocket)
+        assert (first.target, selectors.choose(config.selectors["s"], ready, websocket=websocket).target) == ("a", second)
+    assert first.release is not None  # an ordinary request to a holds one
+
+
 # -- sjson paths and filters ----------------------------------------------------------
 
 

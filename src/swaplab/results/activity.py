@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
 import os
 import sqlite3
@@ -33,6 +34,7 @@ class ActivityRecord:
     error: str | None = None
     session_id: str | None = None  # the client's session (`ui.activity.session_id` headers)
     capture_id: int | None = None  # the id its capture is kept under in the router's memory (`captureBuffer`)
+    metadata: str | None = None  # llama-swap's annotations of the request, a JSON object: {"selector": ID}
 
 
 COLUMNS = tuple(field.name for field in dataclasses.fields(ActivityRecord))
@@ -76,5 +78,7 @@ def _recent(connection: sqlite3.Connection, model: str | None, limit: int) -> li
     for row in cursor:
         entry = dict(zip(names, row))
         entry["client_disconnected"] = bool(entry["client_disconnected"])
+        if entry["metadata"] is not None:
+            entry["metadata"] = json.loads(entry["metadata"])
         rows.append(entry)
     return rows

@@ -116,6 +116,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE activity ADD COLUMN session_id TEXT",
         "ALTER TABLE activity ADD COLUMN capture_id INTEGER",
     ),
+    # 5: llama-swap's metadata of a request (`{"selector": ID}` when a selector routed it),
+    # a JSON object. Older rows have none.
+    ("ALTER TABLE activity ADD COLUMN metadata TEXT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

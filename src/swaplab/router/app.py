@@ -28,7 +28,7 @@ from swaplab.results.activity import recent_activity
 from swaplab.results.writer import ActivityWriter
 from swaplab.router.auth import api_key_middleware
 from swaplab.router.captures import CaptureStore, secrets_of
-from swaplab.router.forward import MODEL_ROUTES, Forwarder
+from swaplab.router.forward import Forwarder
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch
@@ -38,6 +38,7 @@ from swaplab.router.listing import model_records, peer_record
 from swaplab.router.profiles import ProfileSwitch
 from swaplab.router.profiles import listing as profile_listing
 from swaplab.router.responses import error_response, llama_swap_error, unknown_model
+from swaplab.router.targets import MODEL_GET_ROUTES, MODEL_ROUTES
 from swaplab.router.ui import add_ui_routes
 
 log = logging.getLogger("swaplab.router")
@@ -91,6 +92,8 @@ class Router:
         app[ROUTER_KEY] = self
         for path in MODEL_ROUTES:
             app.router.add_post(path, self.forwarder.handle_model_request)
+        for path in MODEL_GET_ROUTES:
+            app.router.add_get(path, self.forwarder.handle_model_request, allow_head=False)
         app.router.add_route("*", "/upstream/{tail:.+}", self.forwarder.handle_upstream)
         app.router.add_get("/v1/models", self.handle_models)
         app.router.add_get("/api/models", self.handle_api_models)

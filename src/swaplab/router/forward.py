@@ -6,8 +6,9 @@ while a profile is active, or a selector is named, the name is first rewritten
 through the fleet (at once when it is ready and nothing is queued), its body rewritten by
 the entry's `filters`, and relayed to the backend; a backend that crashed under it is
 restarted and the request sent once more. A peer's model is relayed to the peer.
-`/upstream/` also answers `upstream.ignorePaths` and relays websockets. Each request is
-observed from start to end and handed to `record`. Every request passes here: nothing is
+`/upstream/` also answers `upstream.ignorePaths` and relays websockets, as do the GET
+model routes (`?model=`). Each request is observed from start to end (with the selector
+that routed it) and handed to `record`. Every request passes here: nothing is
 added to this path without measuring it (docs/performance.md).
 """
 
@@ -48,22 +49,9 @@ from swaplab.router.websocket import is_upgrade, relay_websocket
 
 log = logging.getLogger("swaplab.router")
 
-# The routes whose requests name a model and go to its server.
-MODEL_ROUTES = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/v1/audio/transcriptions",
-    "/v1/audio/speech",
-    "/v1/rerank",
-    "/rerank",
-    "/v1/reranking",
-    "/infill",
-    "/completion",
-)
+# The selector a request was routed by, kept with the request for its activity record
+# (llama-swap's `metadata.selector`).
+SELECTOR = web.RequestKey("selector", str)
 
 # A backend refused or reset a connection: this long for its process to be seen exiting
 # before the router concludes it still runs (a server's exit and its socket's closing are
@@ -133,10 +121,12 @@ class Forwarder:
             if self._selectors.config is not config:
                 self._selectors = Selectors(config)  # a reload: reservations start afresh
             try:
-                choice = self._selectors.choose(selector, self.fleet.state_of)
+                websocket = request.method == "GET" and is_upgrade(request.headers)
+                choice = self._selectors.choose(selector, self.fleet.state_of, websocket=websocket)
             except NoTarget as error:
                 return llama_swap_error(request.headers.get("Accept", ""), 503, str(error))
             log.debug("selector: id=%s target=%s", name, choice.target)
+            request[SELECTOR] = selector.id
             name = choice.target
         path = request.path_qs
         if name != requested:
@@ -196,14 +186,20 @@ class Forwarder:
         target = resolve(self.config, name)
         if target is None:
             return unknown_model(self.config, name)  # not recorded: its label would be whatever was typed
+        if request.method == "GET" and is_upgrade(request.headers):  # on a MODEL_GET_ROUTES route
+            if isinstance(target, PeerTarget):
+                return await self._websocket_to_peer(request, target, name, path)
+            return await self._websocket_to_model(request, target.model_id, name, path)
         if isinstance(target, PeerTarget):
             return await self._forward_to_peer(request, target, name, path, body, document)
         return await self._forward_to_model(request, target.model_id, name, path, body, document)
 
     def _observe(self, request: web.Request, model: str, path: str, name: str, peer: str | None = None,
                  capture: bool = True) -> RequestObservation:
+        selector = request.get(SELECTOR)
         return RequestObservation.of(request, model, path, name, peer, self._record, self.config.session_id_headers,
-                                     self._captures if capture else None)
+                                     self._captures if capture else None,
+                                     {"selector": selector} if selector is not None else None)
 
     async def _forward_to_model(
         self, request: web.Request, model_id: str, name: str, path: str, body: bytes, document: dict | None

@@ -62,7 +62,7 @@ class RequestObservation:
 
     __slots__ = (
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
-        "request_headers", "session_headers", "capture_id", "pending", "response",
+        "request_headers", "session_headers", "capture_id", "pending", "response", "metadata",
         "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
     )
@@ -78,6 +78,7 @@ class RequestObservation:
         request_headers: Mapping[str, str] | None = None,
         session_headers: tuple[str, ...] = (),
         capture: PendingCapture | None = None,
+        metadata: dict[str, str] | None = None,
     ):
         self.model = model
         self.path = path
@@ -92,6 +93,8 @@ class RequestObservation:
         self.capture_id = capture.id if capture is not None else None
         self.response: web.StreamResponse | None = None
         """What the client was answered with (set by the relay or the router's own answer), for a capture."""
+        self.metadata = metadata
+        """llama-swap's annotations of the request (`{"selector": ID}`), for its record."""
         self.time = time.time()
         self._started = time.perf_counter()
         self.status = 0
@@ -120,6 +123,7 @@ class RequestObservation:
         on_end: Callable[[RequestObservation], None],
         session_headers: tuple[str, ...],
         captures: CaptureStore | None,
+        metadata: dict[str, str] | None = None,
     ) -> RequestObservation:
         """The observation of a request the router forwards, captured while `captures` has a budget."""
         pending = None
@@ -127,7 +131,7 @@ class RequestObservation:
             pending = PendingCapture(captures.new_id(), request.method, request.path, request.headers, captures.budget)
         return cls(
             model, path, peer, requested_model=requested_model, on_end=on_end, request_headers=request.headers,
-            session_headers=session_headers, capture=pending,
+            session_headers=session_headers, capture=pending, metadata=metadata,
         )
 
     def sending(self, body: bytes) -> None:
@@ -264,6 +268,7 @@ class RequestObservation:
             error=error,
             session_id=self.session_id(),
             capture_id=self.capture_id,
+            metadata=json.dumps(self.metadata, ensure_ascii=False) if self.metadata else None,
         )
         self._head.clear()
         if self.pending is None:  # else the capture still needs the tail

@@ -4,7 +4,9 @@
 - `warm`: the first target whose model is ready, else the first starting, else the first.
 - `spillover`: counts the requests it has sent to each target and still in flight
   (reservations, released when the request ends) and fills a running target up to
-  `spillover` of them before waking a cold one (`choose_spillover`).
+  `spillover` of them before waking a cold one (`choose_spillover`). A websocket to a
+  model with `compat.ignoreWebsockets` holds none: it stays outside admission, open as
+  long as it likes, so its reservation is given back as soon as it is chosen.
 
 The decisions are pure functions over the targets' states; `Selectors` holds the one
 piece of state, the reservation counters, for one config (a reload starts afresh).
@@ -104,8 +106,8 @@ class Selectors:
             self._keys[selector.id] = [_keyed(config, target) for target in selector.targets]
         self._spillover = {s.id: _Spillover() for s in config.selectors.values() if s.strategy == "spillover"}
 
-    def choose(self, selector: SelectorConfig, state_of: Callable[[str], State]) -> Choice:
-        """The target `selector` routes this request to; `NoTarget` when spillover finds none."""
+    def choose(self, selector: SelectorConfig, state_of: Callable[[str], State], *, websocket: bool = False) -> Choice:
+        """The target `selector` routes this request (a `websocket` upgrade?) to; `NoTarget` when spillover finds none."""
         if selector.strategy == "pin":
             return Choice(selector.targets[0])
         candidates = [
@@ -123,6 +125,9 @@ class Selectors:
         chosen, took_turn = decision
         if took_turn:
             spillover.turn += 1
+        model = self.config.models.get(chosen.key) if chosen.state is not None else None
+        if websocket and model is not None and model.ignore_websockets:
+            return Choice(chosen.target)  # as llama-swap: reserved while choosing, given back at once
         spillover.reserved[chosen.key] = spillover.reserved.get(chosen.key, 0) + 1
         released = False
 

@@ -12,6 +12,26 @@ import orjson
 
 from swaplab.config.model import Config, PeerConfig
 
+# The routes whose requests name a model and go to its server.
+MODEL_ROUTES = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/audio/transcriptions",
+    "/v1/audio/speech",
+    "/v1/rerank",
+    "/rerank",
+    "/v1/reranking",
+    "/infill",
+    "/completion",
+)
+# The GET routes that name a model with ?model= (llama-swap's modelGetRoutes); a websocket
+# upgrade on one is relayed to the model as under /upstream/.
+MODEL_GET_ROUTES = ("/props", "/v1/audio/voices", "/sdapi/v1/loras")
+
 
 @dataclass(frozen=True)
 class LocalTarget:

@@ -93,6 +93,7 @@ class Sim:
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_get("/sim/last-request", self._last)
         app.router.add_get("/sim/ws", self._websocket)
+        app.router.add_get("/props", self._props)
         return app
 
     def is_ready(self) -> bool:
@@ -252,6 +253,13 @@ class Sim:
         if self._last_request is None:
             return _openai_error(404, "no generation request yet")
         return web.json_response(self._last_request)
+
+    async def _props(self, request: web.Request) -> web.StreamResponse:
+        """`GET /props` as a websocket: the echo of `/sim/ws`, where a router relays llama-swap's
+        `GET /props?model=` upgrades. A plain GET stays 404: nothing should take the sim for llama.cpp."""
+        if request.headers.get("Upgrade", "").lower() != "websocket":
+            return _openai_error(404, "the sim answers /props only as a websocket")
+        return await self._websocket(request)
 
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         """An echo: each text or binary frame comes back as sent; `close CODE` closes with that code."""
