@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from swaplab.config.model import GroupConfig, ModelConfig, SelectorConfig
-from swaplab.config.names import Names
+from swaplab.config.model import Names
 from swaplab.config.tree import Entry
 from swaplab.config.yamlreader import YamlSection, shown
 

@@ -27,7 +27,7 @@ from swaplab.config.macros import Macro
 from swaplab.config.merge import merge_trees
 from swaplab.config.model import Config
 from swaplab.config.models import ModelDefaults, read_models
-from swaplab.config.names import Names
+from swaplab.config.model import Names
 from swaplab.config.peers import read_peers
 from swaplab.config.profiles import read_profiles
 from swaplab.config.reader import Findings, read_text

@@ -173,6 +173,56 @@ class DeviceConfig:
     vram_gib: float = 0.0
 
 
+class Names:
+    """What a requested name denotes in one config: a model (by id or alias) or a peer's model.
+
+    The same rules as llama-swap's `RealModelName` and `ResolveBaseModel`: a local id or
+    alias wins; then a peer's fully qualified `PEER/MODEL`; then a bare model name that
+    exactly one peer lists. Profiles and selectors are resolved before these and are not
+    names here. The loader checks a config with it; the router resolves every request
+    through `Config.names`.
+    """
+
+    def __init__(self, models: dict[str, ModelConfig], peers: dict[str, PeerConfig]):
+        self.model_ids = set(models)
+        self.aliases: dict[str, str] = {}
+        for model in models.values():
+            for alias in model.aliases:
+                self.aliases.setdefault(alias, model.id)
+        self.qualified: dict[str, list[str]] = {}
+        """`PEER/MODEL` -> the peers that produce that name (two is an ambiguity)."""
+        self.bare: dict[str, list[str]] = {}
+        for peer in peers.values():
+            for name in dict.fromkeys(peer.models):
+                self.qualified.setdefault(f"{peer.id}/{name}", []).append(peer.id)
+                self.bare.setdefault(name, []).append(f"{peer.id}/{name}")
+
+    def local(self, name: str) -> str | None:
+        """The model id `name` denotes (its id or an alias), or None."""
+        if name in self.model_ids:
+            return name
+        return self.aliases.get(name)
+
+    def peer(self, name: str) -> str | None:
+        """The `PEER/MODEL` a name denotes: itself when fully qualified, or the one peer listing it bare."""
+        if len(self.qualified.get(name, ())) == 1:
+            return name
+        owners = self.bare.get(name, [])
+        return owners[0] if len(owners) == 1 else None
+
+    def base(self, name: str) -> str | None:
+        """A local model id, else a peer's `PEER/MODEL`, else None (llama-swap's ResolveBaseModel)."""
+        return self.local(name) or self.peer(name)
+
+    def peer_model(self, name: str) -> tuple[str, str] | None:
+        """The (peer id, the peer's own model name) a name denotes, or None."""
+        qualified = self.peer(name)
+        if qualified is None:
+            return None
+        peer_id = self.qualified[qualified][0]
+        return peer_id, qualified[len(peer_id) + 1:]
+
+
 @dataclass(frozen=True)
 class Config:
     path: str
@@ -222,14 +272,14 @@ class Config:
     notes: str | None = None
     """The catalogue's notes folder (`notes:`), relative paths already taken from the config file's folder."""
 
+    @cached_property
+    def names(self) -> Names:
+        """Its names, indexed once (a request resolves its model through them)."""
+        return Names(self.models, self.peers)
+
     def resolve_alias(self, name: str) -> str | None:
         """The model id `name` denotes (itself or through an alias), or None."""
-        if name in self.models:
-            return name
-        for model in self.models.values():
-            if name in model.aliases:
-                return model.id
-        return None
+        return self.names.local(name)
 
     def group_of(self, model_id: str) -> GroupConfig:
         """The group a model belongs to; models in no group form an implicit swap+exclusive group."""

@@ -7,7 +7,7 @@ target resolves like any requested name (`config.names`) or is a selector, never
 from __future__ import annotations
 
 from swaplab.config.model import ProfileConfig, SelectorConfig
-from swaplab.config.names import Names
+from swaplab.config.model import Names
 from swaplab.config.tree import Entry
 from swaplab.config.yamlreader import YamlSection, shown
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from swaplab.config.groups import read_groups
 from swaplab.config.matrix import read_matrix
 from swaplab.config.model import GroupConfig, MatrixConfig, ModelConfig
-from swaplab.config.names import Names
+from swaplab.config.model import Names
 from swaplab.config.tree import Entry
 from swaplab.config.yamlreader import YamlSection
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from swaplab.config.matrix import can_contain_all
 from swaplab.config.model import SelectorConfig
-from swaplab.config.names import Names
+from swaplab.config.model import Names
 from swaplab.config.routing import Routing
 from swaplab.config.tree import to_plain
 from swaplab.config.yamlreader import YamlSection, shown

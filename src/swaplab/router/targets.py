@@ -50,16 +50,15 @@ Target = LocalTarget | PeerTarget
 
 def resolve(config: Config, name: str) -> Target | None:
     """A local id or alias; else `<peer>/<model>`; else a bare name exactly one peer lists."""
-    local = config.resolve_alias(name)
+    names = config.names
+    local = names.local(name)
     if local is not None:
         return LocalTarget(local)
-    peer_id, slash, model = name.partition("/")
-    if slash and peer_id in config.peers and model in config.peers[peer_id].models:
-        return PeerTarget(config.peers[peer_id], model)
-    listing = [peer for peer in config.peers.values() if name in peer.models]
-    if len(listing) == 1:
-        return PeerTarget(listing[0], name)
-    return None
+    peer_model = names.peer_model(name)
+    if peer_model is None:
+        return None
+    peer_id, model = peer_model
+    return PeerTarget(config.peers[peer_id], model)
 
 
 def known_names(config: Config) -> list[str]:
