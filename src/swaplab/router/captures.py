@@ -25,7 +25,7 @@ log = logging.getLogger("swaplab.router")
 MIB = 1024 * 1024
 REDACTED = "[REDACTED]"
 # llama-swap's `sensitiveHeaders`, compared ignoring case.
-CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "cookie", "set-cookie"})
+SENSITIVE_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "cookie", "set-cookie"})
 # A capture id is a random prefix of this many bits and a counter of COUNTER_BITS: unique
 # across the router's restarts and across routers sharing a store, and below 2**53, so a
 # browser's JSON numbers hold it exactly.
@@ -180,7 +180,8 @@ class CaptureStore:
 def header_map(headers: Iterable[tuple[str, str]], secrets: Iterable[str] = ()) -> dict[str, str]:
     """Headers as llama-swap captures them: Go's canonical names, the first value of each, credentials redacted.
 
-    Redacted: llama-swap's credential headers (`CREDENTIAL_HEADERS`), and any header whose
+    Redacted: llama-swap's `sensitiveHeaders` (`SENSITIVE_HEADERS`; not `auth.CREDENTIAL_HEADERS`,
+    the two that carry the router's own key), and any header whose
     value contains one of `secrets` (the config's `apiKeys`, the peers' `apiKey`s).
     """
     secrets = [secret for secret in secrets if secret]
@@ -189,7 +190,7 @@ def header_map(headers: Iterable[tuple[str, str]], secrets: Iterable[str] = ()) 
         key = canonical_header(name)
         if key in flat:
             continue
-        if key in _CANONICAL_CREDENTIALS:
+        if key in _CANONICAL_SENSITIVE:
             value = REDACTED
         else:
             for secret in secrets:
@@ -208,7 +209,7 @@ def canonical_header(name: str) -> str:
     return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
 
 
-_CANONICAL_CREDENTIALS = frozenset(canonical_header(name) for name in CREDENTIAL_HEADERS)
+_CANONICAL_SENSITIVE = frozenset(canonical_header(name) for name in SENSITIVE_HEADERS)
 
 
 def secrets_of(api_keys: Iterable[str], peer_keys: Iterable[str]) -> tuple[str, ...]:
