@@ -57,12 +57,11 @@ def _strip(document: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
 
 def _set(document: dict[str, Any], params: dict[str, Any], changed: bool) -> tuple[dict[str, Any], bool]:
     """`params` set on `document`, in sorted key order; whether anything (now or before) changed."""
-    for key in params:
-        if "." in key or "\\" in key or key[:1] == ":":  # `is_path`, inline: every filtered request asks
-            for name in sorted(params):  # an `a` and an `a.b` apply in llama-swap's order
-                if name not in PROTECTED:
-                    document = set_path(document, name, params[name])
-            return document, True
+    if any(map(is_path, params)):
+        for name in sorted(params):  # an `a` and an `a.b` apply in llama-swap's order
+            if name not in PROTECTED:
+                document = set_path(document, name, params[name])
+        return document, True
     updates = {key: value for key, value in params.items() if key not in PROTECTED}
     if any(document.get(key, _MISSING) != value for key, value in updates.items()):
         return {**document, **updates}, True
