@@ -19,7 +19,7 @@ from swaplab.router.logformat import console_formatter, format_go_time, go_durat
 from swaplab.router.profiles import ActivationError, ProfileSwitch, listing, parse_activation, upstream_pin
 from swaplab.router.responses import llama_swap_error
 from swaplab.router.selectors import Candidate, NoTarget, Selectors, choose_spillover, choose_warm
-from swaplab.router.targets import model_from_body, replace_multipart_field
+from swaplab.router.targets import model_from_body, replace_form_field, replace_multipart_field
 
 
 def model(model_id: str, **fields) -> ModelConfig:
@@ -295,6 +295,19 @@ def test_multipart_model_field_is_replaced_and_nothing_else():
     rewritten = replace_multipart_field(content_type, body, "model", "whisper-large")
     assert rewritten == body.replace(b"whisper-pin", b"whisper-large")
     assert model_from_body(content_type, rewritten)[0] == "whisper-large"
+
+
+def test_urlencoded_form_names_its_model_and_is_rewritten():
+    form = "application/x-www-form-urlencoded"
+    body = b"prompt=a+b%26c&model=pin&model=second&empty="
+    assert model_from_body(form, body) == ("pin", None)  # the first value, as Go's FormValue
+    rewritten = replace_form_field(form, body, "model", "qwen/coder 7b")
+    assert model_from_body(form, rewritten)[0] == "qwen/coder 7b"
+    assert b"prompt=a+b%26c" in rewritten and b"empty=" in rewritten
+    assert replace_form_field(form, b"prompt=x", "model", "y") == b"prompt=x"  # no field: untouched
+    # curl -d sends JSON labelled as a form: it is read as JSON
+    assert model_from_body(form, b'{"model": "a"}') == ("a", {"model": "a"})
+    assert model_from_body("text/plain", b"model=a") == (None, None)
 
 
 def test_llama_swap_error_bodies():

@@ -152,6 +152,30 @@ profiles:
         await eventually(deactivated, 30, "the reload to deactivate the profile")
 
 
+async def test_a_urlencoded_form_names_its_model_and_is_renamed_as_llama_swap_renames_it(router_factory):
+    """llama-swap reads `model` from a urlencoded form too: pins and `useModelName` rewrite the form field."""
+    router = router_factory(f"""
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+    useModelName: served-a
+profiles:
+  work:
+    pins:
+      assistant: a
+""")
+    url = router.url
+    async with aiohttp.ClientSession() as session:
+        async with session.put(f"{url}/api/profiles/active", json={"name": "work"}) as response:
+            assert response.status == 200
+        async with session.post(f"{url}/v1/completions", data={"model": "assistant", "prompt": "a&b"}) as response:
+            assert response.status == 400  # the sim speaks JSON only: what matters is what it was sent
+        assert set(await running(session, url)) == {"a"}
+        received = await last_request(session, f"{url}/upstream/a")
+        assert received["content_type"] == "application/x-www-form-urlencoded"
+        assert received["body"] == "model=served-a&prompt=a%26b"
+
+
 async def test_a_spillover_selector_moves_to_its_next_target_while_the_first_is_busy(router_factory):
     router = router_factory(f"""
 models:

@@ -18,7 +18,9 @@ async def test_last_request_and_websocket_echo(tmp_path):
             async with session.post(f"{sim.url}/v1/chat/completions?x=1", json=body) as response:
                 assert response.status == 200
             async with session.get(f"{sim.url}/sim/last-request") as response:
-                assert await response.json() == {"path": "/v1/chat/completions?x=1", "body": body}
+                assert await response.json() == {
+                    "path": "/v1/chat/completions?x=1", "content_type": "application/json", "body": body,
+                }
             async with session.ws_connect(f"{sim.url}/sim/ws") as socket:
                 await socket.send_str("echo me")
                 assert (await socket.receive()).data == "echo me"

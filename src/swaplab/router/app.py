@@ -218,6 +218,7 @@ class Router:
                 if not health.available:
                     entry["unavailable_reason"] = health.reason
                 data.append(entry)
+        data.sort(key=lambda entry: entry["id"])  # llama-swap's order
         response = web.json_response({"object": "list", "data": data})
         if "Origin" in request.headers:  # browser clients may read the list, as llama-swap lets them
             response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from swaplab.config.model import Config, Filters
 from swaplab.errors import SwaplabError
@@ -43,7 +44,7 @@ from swaplab.router.profiles import ProfileSwitch, upstream_pin
 from swaplab.router.responses import error_response, llama_swap_error, unknown_model
 from swaplab.router.selectors import Choice, NoTarget, Selectors
 from swaplab.router.targets import (
-    LocalTarget, PeerTarget, model_from_body, replace_multipart_field, resolve, split_upstream_path,
+    LocalTarget, PeerTarget, model_from_body, replace_form_field, resolve, split_upstream_path,
 )
 from swaplab.router.websocket import is_upgrade, relay_websocket
 
@@ -136,7 +137,7 @@ class Forwarder:
                 document = {**document, "model": name}
                 body = filters.encode(document)
             else:
-                body = replace_multipart_field(request.headers.get("Content-Type", ""), body, "model", name)
+                body = replace_form_field(request.headers.get("Content-Type", ""), body, "model", name)
         try:
             return await self._forward(request, name, path, body, document)
         finally:
@@ -229,11 +230,14 @@ class Forwarder:
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.
                 model = lease.model
+                sent_path = path
                 if document is not None:
                     sent = self._filtered(body, document, model.use_model_name or None, model.filters, name)
-                elif model.use_model_name:  # a form (audio transcriptions): its `model` field, as llama-swap renames it
+                elif model.use_model_name:  # a form or ?model=: renamed there, as llama-swap does
                     content_type = request.headers.get("Content-Type", "")
-                    sent = replace_multipart_field(content_type, body, "model", model.use_model_name)
+                    sent = replace_form_field(content_type, body, "model", model.use_model_name)
+                    if request.method == "GET" and request.query.get("model") == name:
+                        sent_path = str(URL(path).update_query(model=model.use_model_name))
                 else:
                     sent = body
                 observation.sending(sent)
@@ -241,7 +245,7 @@ class Forwarder:
                     upstream = await open_upstream(
                         self._upstream_session(model.proxy, model.timeouts),
                         request.method,
-                        model.proxy.rstrip("/") + path,
+                        model.proxy.rstrip("/") + sent_path,
                         self._upstream_headers(request, None),
                         sent,
                         response_header_timeout=model.timeouts.response_header,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode
 from email.message import Message
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -82,8 +83,16 @@ def split_upstream_path(config: Config, tail: str) -> tuple[str, str] | None:
     return None
 
 
+FORM_URLENCODED = "application/x-www-form-urlencoded"
+
+
 def model_from_body(content_type: str, body: bytes) -> tuple[str | None, dict | None]:
-    """The `model` named by a JSON body or a multipart form; also the parsed JSON object, if any."""
+    """The `model` named by a JSON body, a multipart form or a urlencoded form; also the parsed JSON object, if any.
+
+    A body that parses as a JSON object is JSON whatever its Content-Type says: `curl -d`
+    labels JSON as a urlencoded form unless told otherwise (llama-swap reads JSON only
+    under `application/json`; docs/config.md, "differs").
+    """
     if not body:
         return None, None
     if content_type.startswith("multipart/form-data"):
@@ -101,7 +110,17 @@ def model_from_body(content_type: str, body: bytes) -> tuple[str | None, dict | 
         if isinstance(document, dict):
             model = document.get("model")
             return (model if isinstance(model, str) else None), document
+    if FORM_URLENCODED in content_type:
+        return _form_fields(body).get("model"), None
     return None, None
+
+
+def _form_fields(body: bytes) -> dict[str, str]:
+    """A urlencoded form's fields, the first value of each (Go's `FormValue`)."""
+    fields: dict[str, str] = {}
+    for key, value in parse_qsl(body.decode(errors="replace"), keep_blank_values=True):
+        fields.setdefault(key, value)
+    return fields
 
 
 def _model_from_multipart(content_type: str, body: bytes) -> str | None:
@@ -113,6 +132,16 @@ def _model_from_multipart(content_type: str, body: bytes) -> str | None:
             payload = part.get_payload(decode=True)
             return payload.decode(errors="replace").strip() if payload is not None else None
     return None
+
+
+def replace_form_field(content_type: str, body: bytes, field: str, value: str) -> bytes:
+    """The form body (multipart or urlencoded) with field `field` holding `value`; other bodies unchanged."""
+    if FORM_URLENCODED in content_type:
+        pairs = parse_qsl(body.decode(errors="replace"), keep_blank_values=True)
+        if not any(key == field for key, _ in pairs):
+            return body
+        return urlencode([(key, value if key == field else old) for key, old in pairs]).encode()
+    return replace_multipart_field(content_type, body, field, value)
 
 
 def replace_multipart_field(content_type: str, body: bytes, field: str, value: str) -> bytes:

@@ -119,9 +119,15 @@ class Sim:
         if not self.is_ready():
             return error(503, self._loading_message())
         try:
+            # What a router sent (its filters, its rewritten `model`), for tests to read back:
+            # the parsed JSON, or the raw text of a body that is not JSON.
+            raw = await request.read()
+            self._last_request = {
+                "path": request.path_qs, "content_type": request.headers.get("Content-Type", ""),
+                "body": raw.decode(errors="replace"),
+            }
             body = await _json_body(request)
-            # What a router sent (its filters, its rewritten `model`), for tests to read back.
-            self._last_request = {"path": request.path_qs, "body": body}
+            self._last_request["body"] = body
             plan = plan_request(
                 kind,
                 body,
