@@ -9,8 +9,7 @@ import pytest
 from swapcases import CASES as GROUP_CASES
 
 from swaplab.config.model import Config, DeviceConfig, GroupConfig, ModelConfig
-from swaplab.fleet.backend import device_env
-from swaplab.fleet.devices import free_gib, read_devices
+from swaplab.fleet.devices import device_env, free_gib, read_devices
 from swaplab.fleet.placement import Placement, Resident, claim_faults, claims, place
 
 

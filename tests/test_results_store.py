@@ -44,7 +44,7 @@ def test_a_new_store_is_current_and_in_wal_mode(tmp_path):
     assert columns == [
         "id", "time", "model", "requested_model", "peer", "path", "status", "prompt_tokens", "completion_tokens",
         "cached_tokens", "ttft_ms", "duration_ms", "tokens_per_second", "client_disconnected", "error",
-        "session_id", "capture_id", "metadata",
+        "session_id", "capture_id", "metadata", "waited_for",
     ]
 
 
@@ -103,11 +103,26 @@ def test_a_version_4_store_gains_metadata_keeping_its_rows(tmp_path):
             "VALUES (1800000000.0, 'smollm2', '/v1/chat/completions', 200, 80.0, 'chat-1')"
         )
     with closing(connect(path)) as connection:
-        assert schema_version(connection) == SCHEMA_VERSION == 5
+        assert schema_version(connection) == SCHEMA_VERSION
         insert_activity(connection, [record(6, metadata='{"selector": "pool"}')])
     old, new = sorted(recent_activity(path), key=lambda row: row["id"])
     assert (old["session_id"], old["metadata"]) == ("chat-1", None)
     assert new["metadata"] == {"selector": "pool"}  # read back as the object
+
+
+def test_a_version_5_store_gains_waited_for_keeping_its_rows(tmp_path):
+    path = tmp_path / "v5.db"
+    with closing(connect(path, migrations=MIGRATIONS[:5])) as connection:  # the schema before migration 6
+        connection.execute(
+            "INSERT INTO activity (time, model, path, status, duration_ms, metadata) "
+            "VALUES (1800000000.0, 'smollm2', '/v1/chat/completions', 200, 80.0, '{\"selector\": \"pool\"}')"
+        )
+    with closing(connect(path)) as connection:
+        assert schema_version(connection) == SCHEMA_VERSION == 6
+        insert_activity(connection, [record(6, waited_for="wake")])
+    old, new = sorted(recent_activity(path), key=lambda row: row["id"])
+    assert (old["metadata"], old["waited_for"]) == ({"selector": "pool"}, None)
+    assert new["waited_for"] == "wake"
 
 
 def test_a_failing_migration_leaves_the_file_as_it_was(tmp_path):

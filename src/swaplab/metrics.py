@@ -32,6 +32,7 @@ QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 # Observations noted on the request path wait for the page to be read, up to this many.
 PENDING_OBSERVATIONS = 4096
 START_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
+WAKE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 120.0)
 
 
 class NetworkFigures(Protocol):
@@ -195,7 +196,31 @@ class Metrics:
             "Requests sent again to a restarted backend after its server crashed before answering.",
             ["model"], registry=registry,
         )
-        self.swaps = Counter("swaplab:swaps_total", "Swaps: times running models were stopped to make room.", registry=registry)
+        self.swaps = Counter(
+            "swaplab:swaps_total", "Swaps: times running models were stopped or put to sleep to make room.",
+            registry=registry,
+        )
+        self.backend_sleeps = Counter(
+            "swaplab:backend_sleeps_total", "Backends put to sleep (their GPU freed, their process kept).", ["model"],
+            registry=registry,
+        )
+        self.backend_wakes = Counter(
+            "swaplab:backend_wakes_total", "Sleeping backends woken and proved ready.", ["model"], registry=registry,
+        )
+        self.backend_wake_time = Histogram(
+            "swaplab:backend_wake_seconds", "Time from the first wake call to the backend's being ready again.",
+            ["model"], buckets=WAKE_BUCKETS, registry=registry,
+        )
+        self.sleep_fallbacks = Counter(
+            "swaplab:sleep_fallbacks_total",
+            "Sleeps or wakes that failed or timed out, so the backend was stopped (and started cold when wanted).",
+            ["model", "during"], registry=registry,
+        )
+        self.sleepers_stopped = Counter(
+            "swaplab:sleepers_stopped_total",
+            "Sleeping backends stopped to stay within the host memory budget (least recently used first).",
+            ["model"], registry=registry,
+        )
         self.queue_wait_time = Histogram(
             "swaplab:queue_wait_seconds", "Time a request waited for its model's slot (start, swap, batch).",
             ["model"], buckets=QUEUE_BUCKETS, registry=registry,
@@ -248,6 +273,23 @@ class Metrics:
         self.backend_starts.labels(model, "ok" if ok else "failed").inc()
         if ok:
             self.backend_start_time.labels(model).observe(seconds)
+
+    def backend_slept(self, model: str) -> None:
+        """A backend fell asleep."""
+        self.backend_sleeps.labels(model).inc()
+
+    def backend_woke(self, model: str, seconds: float) -> None:
+        """A sleeping backend was ready again after `seconds`."""
+        self.backend_wakes.labels(model).inc()
+        self.backend_wake_time.labels(model).observe(seconds)
+
+    def sleep_fallback(self, model: str, during: str) -> None:
+        """A sleep or wake (`during`) failed: the backend was stopped instead."""
+        self.sleep_fallbacks.labels(model, during).inc()
+
+    def sleeper_stopped(self, model: str) -> None:
+        """A sleeping backend was stopped for the host memory budget."""
+        self.sleepers_stopped.labels(model).inc()
 
     def request_retried(self, model: str) -> None:
         """The model's server crashed under a request before answering; the request went to its restart."""

@@ -34,6 +34,7 @@ from swaplab.config.reader import Findings, read_text
 from swaplab.config.routing import read_routing
 from swaplab.config.selectors import read_selectors
 from swaplab.config.settings import read_api_keys, read_devices, read_settings
+from swaplab.config.sleep import read_host_memory
 from swaplab.config.telemetry import read_telemetry
 from swaplab.config.tree import Entry, Item, Line
 from swaplab.config.upstream import read_ignore_paths
@@ -159,6 +160,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
     telemetry = read_telemetry(top)
     api_keys = read_api_keys(top)
     devices = read_devices(top.section("devices"))
+    host_memory = read_host_memory(top.section("hostMemory"))
 
     model_defaults = ModelDefaults(
         settings.global_ttl,
@@ -196,6 +198,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
         groups=routing.groups,
         peers=peers,
         devices=devices,
+        host_memory=host_memory,
         router=routing.router,
         matrix=routing.matrix,
         priority=routing.priority,
@@ -223,7 +226,7 @@ KNOWN_TOP_LEVEL = (
     "routing", "groups", "matrix", "startPort", "hooks", "sendLoadingState", "includeAliasesInList",
     "apiKeys", "peers", "upstream",
     # swaplab's own
-    "heartbeatInterval", "notes", "devices",
+    "heartbeatInterval", "notes", "devices", "hostMemory",
 )  # fmt: skip
 """The top-level settings whose leftover `${...}` is a fault (llama-swap checks the ones it knows)."""
 

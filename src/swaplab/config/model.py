@@ -53,6 +53,45 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class SleepCall:
+    """One HTTP call to the model's own server that puts it to sleep or wakes it."""
+
+    method: str
+    path: str
+    """Path and query, as sent to the model's `proxy`."""
+    body: Any = None
+    """A JSON body, or None for none."""
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+@dataclass(frozen=True)
+class SleepConfig:
+    """swaplab's `sleep:` of a model: how to free its GPU without stopping its process (`config.sleep`)."""
+
+    engine: str
+    """`vllm`, `sglang` or `http` (the calls as written)."""
+    level: int | None
+    """vLLM's sleep level: 1 keeps the weights in host RAM, 2 drops them (reloaded from disk on wake)."""
+    sleep_calls: tuple[SleepCall, ...]
+    wake_calls: tuple[SleepCall, ...]
+    host_memory_gib: float | None = None
+    """RAM the sleeping process holds, as declared; None: measured once it sleeps."""
+    timeout: float = 120.0
+    """Seconds each sleep or wake call, and the readiness check after a wake, may take."""
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """swaplab's top-level `hostMemory:`: how much RAM sleeping models may hold together."""
+
+    budget_gib: float | None = None
+    """Declared budget; None: sleep only while the system's available RAM stays above `headroom_gib`."""
+    headroom_gib: float = 8.0
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     id: str
     cmd: tuple[str, ...]
@@ -82,6 +121,8 @@ class ModelConfig:
     """`compat.ignoreWebsockets`: websocket upgrades bypass admission and never start the model."""
     devices: tuple[int, ...] = ()
     vram_gib: dict[int, float] = field(default_factory=dict)
+    sleep: SleepConfig | None = None
+    """swaplab: put to sleep instead of stopped when a swap needs its GPU (`config.sleep`)."""
     raw_text: str = ""
     """The entry's text as written in the file, comments included (the catalogue shows it)."""
     line: int = 0
@@ -240,6 +281,7 @@ class Config:
     groups: dict[str, GroupConfig] = field(default_factory=dict)
     peers: dict[str, PeerConfig] = field(default_factory=dict)
     devices: dict[int, DeviceConfig] = field(default_factory=dict)
+    host_memory: HostMemory = field(default_factory=HostMemory)
     router: str = "group"
     """`routing.router.use`: `group` (llama-swap's groups) or `matrix`."""
     matrix: MatrixConfig | None = None

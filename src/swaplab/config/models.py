@@ -16,6 +16,7 @@ from swaplab.config import macros as macro_rules
 from swaplab.config.cmd import split_command
 from swaplab.config.macros import ENV_NAME, Macro, Report
 from swaplab.config.model import Capabilities, ModelConfig
+from swaplab.config.sleep import read_sleep
 from swaplab.config.tree import Entry, Item, file_of, to_plain
 from swaplab.config.upstream import is_http_url, read_filters, read_timeouts
 from swaplab.config.yamlreader import YamlSection, shown
@@ -294,6 +295,7 @@ def _build_model(
         ignore_websockets=ignore_websockets,
         devices=devices,
         vram_gib=vram_gib,
+        sleep=read_sleep(model),
         raw_text=_raw_text(entry, lines),
         line=entry.key_line,
     )

@@ -1,4 +1,5 @@
-"""One backend process and its small state machine: stopped, starting, ready, stopping.
+"""One backend process and its small state machine: stopped, starting, ready, stopping,
+and for a model with `sleep:`, falling asleep, sleeping and waking.
 
 A `Backend` is driven only by the `Fleet`, which decides *when* to start or stop it;
 the backend knows *how*: spawn in its own session with a parent-death signal, drain
@@ -9,7 +10,9 @@ exit: it alone moves the state on. `stop()` only records the request (and shows 
 state as stopping at once, so nobody admits work to a backend on its way out); the
 lifecycle task looks at that request after every await, so a stop that arrives while
 the process is being spawned or health-checked ends with no process, never with one
-that nobody owns.
+that nobody owns. `sleep()` and `wake()` are requests of the same kind: the same task
+makes the engine's calls, proves readiness after a wake as after a start, and when a
+call fails or times out, stops the process (the fallback: the fleet then starts it cold).
 """
 
 from __future__ import annotations
@@ -21,41 +24,32 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import aiohttp
 
 from swaplab.config.model import ModelConfig
 from swaplab.errors import BackendStartError
+from swaplab.fleet.devices import device_env
+from swaplab.fleet.engineapi import call_all, poll_ready, tree_gib
 from swaplab.fleet.logs import LogHub
-from swaplab.fleet.reaper import PidFiles, descendants, die_with_parent, kill_all, signal_group
+from swaplab.fleet.output import ProcessOutput, settle
+from swaplab.fleet.reaper import (
+    PidFiles,
+    descendants,
+    die_with_parent,
+    kill_all,
+    signal_group,
+)
+from swaplab.fleet.run import Run
 
 log = logging.getLogger("swaplab.fleet")
 
-READY_POLL_FIRST = 0.02
-READY_POLL_MAX = 0.25
-GENERATE_ATTEMPT_TIMEOUT = 30.0
-# A line of output longer than this is logged in pieces.
-OUTPUT_LINE_LIMIT = 64 * 1024
-# The process's last lines may still be in the pipe when its exit is reported: wait this
-# long for the pipe's end before quoting them (a child that inherited it may hold it open).
-OUTPUT_SETTLE_SECONDS = 0.5
 
 
-def device_env(model: ModelConfig, inherited: Mapping[str, str]) -> dict[str, str]:
-    """`CUDA_VISIBLE_DEVICES` from the model's `devices`, unless its `env` sets it.
-
-    Device ids are NVML's (`nvidia-smi`'s) indexes, in PCI bus order; CUDA numbers
-    devices fastest first unless told otherwise, which on a mixed box names another
-    GPU. So `CUDA_DEVICE_ORDER=PCI_BUS_ID` comes along, unless already set.
-    """
-    own = {name for name, _ in model.env}
-    if not model.devices or "CUDA_VISIBLE_DEVICES" in own:
-        return {}
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(device) for device in model.devices)}
-    if "CUDA_DEVICE_ORDER" not in own and "CUDA_DEVICE_ORDER" not in inherited:
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    return env
+# A model whose sleep or wake failed this many times in a row is stopped, not put to
+# sleep, until its config entry changes.
+SLEEP_FAULT_LIMIT = 2
 
 
 class State(enum.StrEnum):
@@ -63,31 +57,12 @@ class State(enum.StrEnum):
     STARTING = "starting"
     READY = "ready"
     STOPPING = "stopping"
-
-
-class Run:
-    """One start of a backend: its process, from spawn to exit. A backend has at most one at a time."""
-
-    def __init__(self, number: int, loop: asyncio.AbstractEventLoop):
-        self.number = number
-        self.begun = time.monotonic()
-        self.transport: asyncio.SubprocessTransport | None = None
-        self.exited = asyncio.Event()
-        """Set as soon as the server's own process has exited (whoever still holds its output)."""
-        self.exit_code: int | None = None
-        self.output_closed = asyncio.Event()
-        self.stop_wanted = asyncio.Event()
-        self.stop_reason = ""
-        self.crashed = False
-        """The process exited on its own (nobody had asked it to stop)."""
-        self.ready: asyncio.Future[None] = loop.create_future()
-        self.ended: asyncio.Future[None] = loop.create_future()
-        """Done once no process of this run is left and the backend is stopped."""
-
-    @property
-    def pid(self) -> int | None:
-        """The server's pid while it runs."""
-        return self.transport.get_pid() if self.transport is not None and not self.exited.is_set() else None
+    FALLING_ASLEEP = "falling_asleep"
+    """The engine's sleep calls are under way: it still holds the GPU, and takes no request."""
+    SLEEPING = "sleeping"
+    """The process lives and holds its port and host RAM, not the GPU; a wake makes it ready."""
+    WAKING = "waking"
+    """The wake calls and the readiness check are under way: it holds the GPU again."""
 
 
 class Backend:
@@ -121,6 +96,20 @@ class Backend:
         self.last_error: str = ""
         self.consecutive_failures = 0
         self.backoff_until = 0.0
+        self.ready_by = "start"
+        """How the current readiness came: `start` or `wake`."""
+        self.became_ready = 0.0
+        """When (monotonic) it last became ready."""
+        self.sleeps = 0
+        self.wakes = 0
+        self.sleep_faults = 0
+        """Sleeps and wakes that failed in a row; at SLEEP_FAULT_LIMIT the model is no longer put to sleep."""
+        self.last_fallback = ""
+        self.asleep_since: float | None = None
+        self.last_sleep_seconds: float | None = None
+        self.last_wake_seconds: float | None = None
+        self.host_gib: float | None = None
+        """RAM the process tree held the last time it slept (measured)."""
 
     @property
     def id(self) -> str:
@@ -129,6 +118,15 @@ class Backend:
     @property
     def pid(self) -> int | None:
         return self.run.pid if self.run is not None else None
+
+    @property
+    def may_sleep(self) -> bool:
+        """Whether a swap may put this backend to sleep (rather than stop it) now."""
+        return (
+            self.model.sleep is not None
+            and self.state is State.READY
+            and self.sleep_faults < SLEEP_FAULT_LIMIT
+        )
 
     def output_tail(self, lines: int = 15) -> str:
         return self._logs.tail(self.id, lines)
@@ -170,9 +168,25 @@ class Backend:
         if not run.stop_wanted.is_set():
             run.stop_reason = reason
             run.stop_wanted.set()
-            if self.state in (State.STARTING, State.READY):
+            if self.state not in (State.STOPPING, State.STOPPED):
                 self._set(State.STOPPING)
         return asyncio.shield(run.ended)
+
+    def sleep(self) -> None:
+        """Ask a ready backend to free its GPU and keep its process; the state is `falling_asleep` at once."""
+        run = self.run
+        if run is None or self.state is not State.READY or self.model.sleep is None:
+            raise RuntimeError(f"{self.id}: sleep while {self.state}")
+        run.sleep_wanted.set()
+        self._set(State.FALLING_ASLEEP)
+
+    def wake(self) -> None:
+        """Ask a sleeping backend to take its GPU back; the state is `waking` at once."""
+        run = self.run
+        if run is None or self.state is not State.SLEEPING:
+            raise RuntimeError(f"{self.id}: wake while {self.state}")
+        run.wake_wanted.set()
+        self._set(State.WAKING)
 
     # -- the run, start to end -------------------------------------------------------
 
@@ -186,11 +200,11 @@ class Backend:
                 self.start_seconds = time.monotonic() - begun
                 self.ready_at = time.time()
                 run.ready.set_result(None)
+                self.ready_by = "start"
+                self.became_ready = time.monotonic()
                 self._set(State.READY)
                 log.info("%s ready in %.2f s (pid %s)", self.id, self.start_seconds, run.pid)
-                await _first_of(run.stop_wanted.wait(), run.exited.wait())
-                if not run.stop_wanted.is_set():
-                    await self._crashed(run)
+                await self._serve(run)
             elif failure is not None and not run.stop_wanted.is_set():
                 self.last_error = str(failure)
                 self._record_failure()
@@ -232,12 +246,90 @@ class Backend:
             return None
         return await self._wait_ready(run, deadline)
 
+    async def _serve(self, run: Run) -> None:
+        """From ready until a stop is wanted or the process exits: sleeps and wakes as asked."""
+        while (
+            await self._until(run, run.sleep_wanted) and await self._fall_asleep(run)
+            and await self._until(run, run.wake_wanted) and await self._wake_up(run)
+        ):
+            pass
+
+    async def _until(self, run: Run, wanted: asyncio.Event) -> bool:
+        """Until `wanted` is set (then cleared: True), a stop is wanted or the process exits (False)."""
+        await _first_of(run.stop_wanted.wait(), run.exited.wait(), wanted.wait())
+        if not run.stop_wanted.is_set() and run.exited.is_set():
+            await self._crashed(run)
+        if run.stop_wanted.is_set() or run.exited.is_set():
+            return False
+        wanted.clear()
+        return True
+
+    async def _fall_asleep(self, run: Run) -> bool:
+        """The engine's sleep calls; False when the run is ending (a stop, an exit, or the fallback)."""
+        sleep = self.model.sleep
+        assert sleep is not None
+        began = time.monotonic()
+        failure = await call_all(self._http, self.model.proxy, sleep.sleep_calls, sleep.timeout, run.exited, run.stop_wanted)
+        if failure is not None:
+            return await self._fall_back(run, f"its sleep failed ({failure})")
+        if run.stop_wanted.is_set():
+            return False
+        self.last_sleep_seconds = time.monotonic() - began
+        self.sleeps += 1
+        self.asleep_since = time.time()
+        self.host_gib = tree_gib(run.pid)
+        self._set(State.SLEEPING)
+        log.info("%s asleep in %.2f s (pid %s keeps %.1f GiB of RAM)", self.id, self.last_sleep_seconds, run.pid,
+                 self.host_gib or 0.0)
+        return True
+
+    async def _wake_up(self, run: Run) -> bool:
+        """The wake calls, then readiness proved as after a start; False when the run is ending."""
+        sleep = self.model.sleep
+        assert sleep is not None
+        began = time.monotonic()
+        failure = await call_all(self._http, self.model.proxy, sleep.wake_calls, sleep.timeout, run.exited, run.stop_wanted)
+        if failure is None:
+            not_ready = await self._wait_ready(run, time.monotonic() + sleep.timeout, after="waking")
+            failure = str(not_ready).split(";")[0] if not_ready is not None else None
+        if failure is not None:
+            return await self._fall_back(run, f"its wake failed ({failure})")
+        if run.stop_wanted.is_set():
+            return False
+        self.last_wake_seconds = time.monotonic() - began
+        self.wakes += 1
+        self.sleep_faults = 0
+        self.asleep_since = None
+        self.ready_by = "wake"
+        self.became_ready = time.monotonic()
+        self._set(State.READY)
+        log.info("%s awake in %.2f s (pid %s)", self.id, self.last_wake_seconds, run.pid)
+        return True
+
+    async def _fall_back(self, run: Run, why: str) -> bool:
+        """A sleep or wake failed: stop the process (the fleet starts it cold when it is wanted)."""
+        if run.stop_wanted.is_set():
+            return False
+        self.sleep_faults += 1
+        self.last_fallback = run.fallback = why
+        if run.exited.is_set():
+            await self._crashed(run)
+            return False
+        disabled = self.sleep_faults >= SLEEP_FAULT_LIMIT
+        log.warning("%s: %s; stopping it instead%s", self.id, why,
+                    f" (failed {self.sleep_faults} times in a row: no more sleeps until its config changes)"
+                    if disabled else "")
+        run.stop_reason = why
+        run.stop_wanted.set()
+        self._set(State.STOPPING)
+        return False
+
     async def _crashed(self, run: Run) -> None:
         # Shown as stopping at once, before any await: no request may be admitted to a dead port.
         self.last_error = f"exited with code {run.exit_code}"
         self._record_failure()
         self._set(State.STOPPING)
-        await _settle(run)
+        await settle(run)
         log.warning("%s exited on its own with code %s; its last output:\n%s", self.id, run.exit_code, self.output_tail(8))
 
     async def _spawn(self, run: Run) -> None:
@@ -250,7 +342,7 @@ class Backend:
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await loop.subprocess_exec(
-                lambda: _Output(self.id, self._logs, run),
+                lambda: ProcessOutput(self.id, self._logs, run),
                 *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -284,11 +376,11 @@ class Backend:
         self.consecutive_failures = 0
         self.backoff_until = 0.0
 
-    async def _wait_ready(self, run: Run, deadline: float) -> BackendStartError | None:
+    async def _wait_ready(self, run: Run, deadline: float, after: str = "starting") -> BackendStartError | None:
         check = self.model.check_endpoint
         if check == "none":
             return None
-        probe = asyncio.ensure_future(self._poll_ready(check))
+        probe = asyncio.ensure_future(poll_ready(self._http, self.model, check))
         exited = asyncio.ensure_future(run.exited.wait())
         stopped = asyncio.ensure_future(run.stop_wanted.wait())
         try:
@@ -303,44 +395,19 @@ class Backend:
         if run.stop_wanted.is_set() or probe in done:
             return None
         if exited in done:
-            await _settle(run)
+            await settle(run)
             return BackendStartError(
-                f"model {self.id!r} exited with code {run.exit_code} while starting; its last output:\n"
+                f"model {self.id!r} exited with code {run.exit_code} while {after}; its last output:\n"
                 f"{self.output_tail()}"
             )
+        if after == "waking":
+            return BackendStartError(f"not ready within {self.model.sleep.timeout:g} s of waking "  # type: ignore[union-attr]
+                                     f"(checkEndpoint {check!r}); its last output:\n{self.output_tail()}")
         return BackendStartError(
             f"model {self.id!r} not ready after {self.health_check_timeout:.0f} s "
             f"(checkEndpoint {check!r}; raise healthCheckTimeout if it loads slowly); its last output:\n"
             f"{self.output_tail()}"
         )
-
-    async def _poll_ready(self, check: str) -> None:
-        interval = READY_POLL_FIRST
-        while True:
-            if await self._ready_once(check):
-                return
-            await asyncio.sleep(interval)
-            interval = min(interval * 2, READY_POLL_MAX)
-
-    async def _ready_once(self, check: str) -> bool:
-        base = self.model.proxy.rstrip("/")
-        try:
-            if check == "generate":
-                # /health can say 200 minutes before the server can serve (the seed's
-                # SGLang): only a real one-token completion proves readiness.
-                body = {"model": self.model.use_model_name or self.id, "prompt": "Hi", "max_tokens": 1}
-                timeout = aiohttp.ClientTimeout(total=GENERATE_ATTEMPT_TIMEOUT)
-                async with self._http.post(f"{base}/v1/completions", json=body, timeout=timeout) as response:
-                    if response.status != 200:
-                        return False
-                    payload = await response.json(content_type=None)
-                    return bool(payload.get("choices"))
-            timeout = aiohttp.ClientTimeout(total=5)
-            async with self._http.get(f"{base}{check}", timeout=timeout) as response:
-                await response.read()
-                return response.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-            return False
 
     # -- stopping ----------------------------------------------------------------------
 
@@ -357,7 +424,7 @@ class Backend:
                 signal_group(pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(run.exited.wait(), timeout=self.model.unload_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("%s did not exit within %.0f s: SIGKILL", self.id, self.model.unload_timeout)
                 signal_group(pid, signal.SIGKILL)
                 await run.exited.wait()
@@ -383,65 +450,11 @@ class Backend:
             return
         try:
             output, _ = await asyncio.wait_for(stopper.communicate(), timeout=self.model.unload_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             signal_group(stopper.pid, signal.SIGKILL)
             output = b""
         for line in output.decode(errors="replace").splitlines():
             self._logs.write(self.id, f"[cmdStop] {line}")
-
-
-class _Output(asyncio.SubprocessProtocol):
-    """The server's output, line by line into the log hub, and the moment its process exits.
-
-    The exit is noted when the process itself ends, not when its output pipe closes: a
-    server's workers inherit that pipe and may outlive it.
-    """
-
-    def __init__(self, source: str, logs: LogHub, run: Run):
-        self._source = source
-        self._logs = logs
-        self._run = run
-        self._transport: asyncio.SubprocessTransport | None = None
-        self._partial = bytearray()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        buffer = self._partial
-        buffer += data
-        start = 0
-        while (end := buffer.find(b"\n", start)) >= 0:
-            self._write(buffer[start:end])
-            start = end + 1
-        del buffer[:start]
-        if len(buffer) > OUTPUT_LINE_LIMIT:
-            self._write(buffer)
-            buffer.clear()
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if self._partial:
-            self._write(self._partial)
-            self._partial.clear()
-        self._run.output_closed.set()
-
-    def process_exited(self) -> None:
-        assert self._transport is not None
-        run = self._run
-        run.exit_code = self._transport.get_returncode()
-        run.crashed = not run.stop_wanted.is_set()
-        run.exited.set()
-
-    def _write(self, line: bytes | bytearray) -> None:
-        self._logs.write(self._source, bytes(line).decode(errors="replace").rstrip("\r"))
-
-
-async def _settle(run: Run) -> None:
-    """Give the pipe a moment to deliver the exited process's last lines."""
-    try:
-        await asyncio.wait_for(run.output_closed.wait(), OUTPUT_SETTLE_SECONDS)
-    except asyncio.TimeoutError:
-        pass
 
 
 async def _first_of(*awaitables) -> None:

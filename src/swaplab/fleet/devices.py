@@ -10,8 +10,11 @@ then goes by the declared claims alone. Device ids are NVML's indexes, the ones
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from swaplab.config.model import ModelConfig
 
 log = logging.getLogger("swaplab.fleet")
 
@@ -164,3 +167,19 @@ def free_gib(readings: dict[int, DeviceReading] | None) -> dict[int, float] | No
     if readings is None:
         return None
     return {index: reading.free_gib for index, reading in readings.items()}
+
+
+def device_env(model: ModelConfig, inherited: Mapping[str, str]) -> dict[str, str]:
+    """`CUDA_VISIBLE_DEVICES` from the model's `devices`, unless its `env` sets it.
+
+    Device ids are NVML's (`nvidia-smi`'s) indexes, in PCI bus order; CUDA numbers
+    devices fastest first unless told otherwise, which on a mixed box names another
+    GPU. So `CUDA_DEVICE_ORDER=PCI_BUS_ID` comes along, unless already set.
+    """
+    own = {name for name, _ in model.env}
+    if not model.devices or "CUDA_VISIBLE_DEVICES" in own:
+        return {}
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(device) for device in model.devices)}
+    if "CUDA_DEVICE_ORDER" not in own and "CUDA_DEVICE_ORDER" not in inherited:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env

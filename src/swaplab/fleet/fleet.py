@@ -4,18 +4,23 @@ Requests (and `/load`, and preloads) call `acquire(model)`: the fleet admits the
 the model's `concurrencyLimit`, holds them until the model is ready, starts and stops
 backends as `placement.place` decides (llama-swap's group rules or its matrix solver,
 refined by device claims when the config declares devices), and never evicts a model
-with requests in flight. Requests that must wait are queued in llama-swap's fifo order:
+with requests in flight. Placement decides *who* must leave the GPU; the fleet decides
+*how*: a model with `sleep:` is put to sleep while the host memory budget allows (the
+least recently used sleepers are stopped to make room), any other is stopped. A
+sleeping model holds no GPU, so placement does not see it; asked for, it is woken
+where another would be started. Requests that must wait are queued in llama-swap's fifo order:
 ahead of every waiting request of a strictly lower `priority`, else in arrival order. It
 owns the config in force. Every decision is taken in `_schedule`, a synchronous method: on
 one event loop nothing can change between reading a state and acting on it. Backends
 report each change of state through one callback, which only asks for a decision soon
 after, so no decision ever runs inside another.
 
-Admission, the queue, the swap decisions, TTLs and reloads stay in this one module (about
-550 lines) because they are one concept, one state machine over the same few fields:
+Admission, the queue, the swap decisions (who leaves the GPU, and whether by sleep or
+stop), TTLs and reloads stay in this one module (about 670 lines) because they are
+one concept, one state machine over the same few fields:
 split, each part would read and change another's state. What a request is handed and
-refused with is in `lease`, how the state reads on `/running` in `status`, and one
-backend's own lifecycle in `backend`.
+refused with is in `lease`, how the state reads on `/running` in `status`, one backend's
+own lifecycle in `backend`, and the host-RAM arithmetic of sleepers in `hostmemory`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,14 @@ from swaplab.config.model import Config
 from swaplab.errors import BackendStartError
 from swaplab.fleet.backend import Backend, Run, State
 from swaplab.fleet.devices import DeviceProbe, free_gib
-from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity, PlacementRefused
+from swaplab.fleet.engineapi import tree_gib
+from swaplab.fleet.hostmemory import available_gib, make_room, over_budget
+from swaplab.fleet.lease import (
+    BackendUnavailable,
+    Lease,
+    OverCapacity,
+    PlacementRefused,
+)
 from swaplab.fleet.logs import LogHub
 from swaplab.fleet.placement import Placement, Resident, claims, place
 from swaplab.fleet.reaper import PidFiles
@@ -67,6 +79,12 @@ STOP_RELOAD = "its config entry changed"
 STOP_UNLOAD = "unloaded"
 STOP_SHUTDOWN = "the router is shutting down"
 STOP_TTL = "idle for its ttl"
+STOP_HOST_MEMORY = "the host memory budget needs its RAM for a newer sleeper"
+
+# What the placement decision reads for each state of a backend that holds its GPU: a
+# model falling asleep is leaving, one waking is arriving.
+PLACEMENT_STATE = {State.FALLING_ASLEEP: str(State.STOPPING), State.WAKING: str(State.STARTING)}
+LEAVING = (State.STOPPING, State.FALLING_ASLEEP)
 
 
 @dataclass(eq=False)
@@ -267,8 +285,8 @@ class Fleet:
     def _ttl_expired(self, backend: Backend) -> None:
         self._ttl_timers.pop(backend.id, None)
         idle = not self._in_flight[backend.id] and not any(w.model == backend.id for w in self._waiting)
-        # The same server it was armed for, still ready and untouched since.
-        if idle and self._backends.get(backend.id) is backend and backend.state is State.READY:
+        # The same server it was armed for, still ready (or asleep) and untouched since.
+        if idle and self._backends.get(backend.id) is backend and backend.state in (State.READY, State.SLEEPING):
             log.info("%s unloaded: idle for its ttl of %d s", backend.id, backend.model.ttl)
             backend.stop(STOP_TTL)
 
@@ -297,11 +315,13 @@ class Fleet:
                 if not self._overdue_conflict(waiter.model, now, waiter.since):
                     self._admit(waiter, backend)
                 continue
-            if backend.state is not State.STOPPED:
-                continue  # starting or stopping: its next change reschedules
+            if backend.state not in (State.STOPPED, State.SLEEPING):
+                continue  # starting, stopping, falling asleep or waking: its next change reschedules
+            if backend.state is State.SLEEPING and waiter.model in self._outdated:
+                continue  # a reload changed it: its old process stops, then the new entry starts
             if self._overdue_conflict(waiter.model, now, waiter.since):
                 continue  # starting it would stand in the way of a request that has waited longer
-            if backend.backoff_until > now:
+            if backend.state is State.STOPPED and backend.backoff_until > now:
                 wait = backend.backoff_until - now
                 self._fail(
                     waiter,
@@ -338,7 +358,7 @@ class Fleet:
             pending = True
             if self._in_flight[model_id]:
                 continue
-            if backend.state is State.READY:
+            if backend.state in (State.READY, State.SLEEPING):
                 log.info("%s: stopping the server of its previous config entry", model_id)
                 backend.stop(STOP_RELOAD)
             elif backend.state is State.STOPPED and model_id in removed:
@@ -356,32 +376,113 @@ class Fleet:
         placement = place(self.config, backend.id, residents, free, settling)
         if placement.action == "start":
             self._waiting_reason.pop(backend.id, None)
-            backend.start()
+            if backend.state is State.SLEEPING:
+                log.info("waking %s", backend.id)
+                backend.wake()
+            else:
+                backend.start()
         elif placement.action == "evict":
             self.swaps += 1
             self.metrics.swap()
             why = f" ({placement.reason})" if placement.reason else ""
             for victim in placement.evict:
-                log.info("stopping %s to make room for %s%s", victim, backend.id, why)
-                self._backends[victim].stop(f"to make room for {backend.id}")
+                self._leave(self._backends[victim], f"to make room for {backend.id}{why}")
         elif placement.action == "wait":
             if self._waiting_reason.get(backend.id) != placement.reason:
                 # Waiting for the models just evicted to finish stopping is routine.
-                routine = all(self._backends[m].state is State.STOPPING for m in placement.blocking)
+                routine = all(self._backends[m].state in LEAVING for m in placement.blocking)
                 log.log(logging.DEBUG if routine else logging.INFO, "%s", placement.reason)
             self._waiting_reason[backend.id] = placement.reason
             if placement.short_devices:
                 self._poll_memory_later()
+        elif self._stop_a_sleeper_on(placement.short_devices):
+            self._poll_memory_later()  # what a sleeper kept on those devices comes back once it exits
         else:
             self._refuse(backend.id, placement)
 
     def _residents(self, busy: Callable[[str], bool]) -> list[Resident]:
-        """Every model whose backend is not stopped, as the placement decision reads them."""
+        """Every model whose backend holds (or is taking, or still leaving) the GPU, as placement reads them.
+
+        A sleeping model holds none: it is not among them.
+        """
         return [
-            Resident(b.id, str(b.state), busy=busy(b.id), last_used=self._last_used.get(b.id, 0.0))
+            Resident(b.id, PLACEMENT_STATE.get(b.state, str(b.state)), busy=busy(b.id),
+                     last_used=self._last_used.get(b.id, 0.0))
             for b in self._backends.values()
-            if b.state is not State.STOPPED
+            if b.state not in (State.STOPPED, State.SLEEPING)
         ]
+
+    # -- sleep: how a model leaves the GPU -----------------------------------------
+
+    def _leave(self, victim: Backend, reason: str) -> None:
+        """`victim` must leave the GPU: asleep when it can sleep and the host has room, else stopped."""
+        can_sleep = victim.may_sleep and victim.id not in self._outdated
+        if can_sleep and self._host_room_for(victim):
+            log.info("putting %s to sleep %s", victim.id, reason)
+            victim.sleep()
+            return
+        budget = ": the host memory budget has no room for it asleep" if can_sleep else ""
+        log.info("stopping %s %s%s", victim.id, reason, budget)
+        victim.stop(reason)
+
+    def _sleepers(self) -> list[Backend]:
+        """Sleeping backends, least recently used first."""
+        return sorted(
+            (b for b in self._backends.values() if b.state is State.SLEEPING),
+            key=lambda b: self._last_used.get(b.id, 0.0),
+        )
+
+    def _host_cost(self, backend: Backend) -> float:
+        """GiB of RAM the backend holds (or will hold) asleep: declared, else measured when it last
+        slept, else estimated (its weights, as its device claims bound them, where the engine keeps
+        them in RAM; otherwise its processes' RAM now)."""
+        sleep = backend.model.sleep
+        if sleep is not None and sleep.host_memory_gib is not None:
+            return sleep.host_memory_gib
+        if backend.host_gib is not None:
+            return backend.host_gib
+        keeps_weights = sleep is not None and (sleep.engine == "sglang" or sleep.level == 1)
+        claimed = [amount for amount in claims(self.config, backend.id).values() if amount is not None]
+        if keeps_weights and claimed:
+            return sum(claimed)
+        return tree_gib(backend.pid) or 0.0
+
+    def _host_room_for(self, backend: Backend) -> bool:
+        """Whether `backend` may sleep within the host memory budget; stops the least recently
+        used sleepers when that makes room (`hostmemory.make_room`)."""
+        memory = self.config.host_memory
+        falling = sum(self._host_cost(b) for b in self._backends.values() if b.state is State.FALLING_ASLEEP)
+        sleepers = [(b.id, self._host_cost(b)) for b in self._sleepers()]
+        available = available_gib() if memory.budget_gib is None else None
+        stop = make_room(self._host_cost(backend), sleepers, falling, memory, available)
+        if stop is None:
+            return False
+        for model_id in stop:
+            self._stop_sleeper(self._backends[model_id])
+        return True
+
+    def _enforce_host_budget(self) -> None:
+        """A model fell asleep (its RAM now measured): stop sleepers beyond the budget (`hostmemory.over_budget`)."""
+        memory = self.config.host_memory
+        available = available_gib() if memory.budget_gib is None else None
+        for model_id in over_budget([(b.id, self._host_cost(b)) for b in self._sleepers()], memory, available):
+            self._stop_sleeper(self._backends[model_id])
+
+    def _stop_sleeper(self, victim: Backend) -> None:
+        log.info("stopping %s, asleep and least recently used: %s", victim.id, STOP_HOST_MEMORY)
+        self.metrics.sleeper_stopped(victim.id)
+        victim.stop(STOP_HOST_MEMORY)
+
+    def _stop_a_sleeper_on(self, devices: tuple[int, ...]) -> bool:
+        """A start is short of memory on `devices` (NVML): stop the least recently used sleeper that
+        claims one of them (what the engine keeps asleep is freed when it exits). False when none does."""
+        for sleeper in self._sleepers():
+            if set(claims(self.config, sleeper.id)) & set(devices):
+                log.info("stopping %s, asleep: what it keeps on device(s) %s is needed", sleeper.id,
+                         ", ".join(map(str, devices)))
+                sleeper.stop("its device memory is needed")
+                return True
+        return False
 
     def _refuse(self, model_id: str, placement: Placement) -> None:
         self._waiting_reason.pop(model_id, None)
@@ -442,15 +543,31 @@ class Fleet:
     def _admit(self, waiter: _Waiter, backend: Backend) -> None:
         self._waiting.remove(waiter)
         self.metrics.queue_wait(waiter.model, time.monotonic() - waiter.since)
-        waiter.future.set_result(self._grant(backend))
+        lease = self._grant(backend)
+        if backend.became_ready >= waiter.since:  # it got ready while this request waited
+            lease.waited_for = backend.ready_by
+        waiter.future.set_result(lease)
 
     def _backend_changed(self, backend: Backend, run: Run) -> None:
         """Every state change of every backend comes through here, as it happens."""
         if backend.state is State.READY:
-            self.metrics.backend_started(backend.id, backend.start_seconds or 0.0, ok=True)
+            if backend.ready_by == "wake":
+                self.metrics.backend_woke(backend.id, backend.last_wake_seconds or 0.0)
+            else:
+                self.metrics.backend_started(backend.id, backend.start_seconds or 0.0, ok=True)
             self.metrics.backend_state(backend.id, True)
+        elif backend.state is State.FALLING_ASLEEP:
+            self.metrics.backend_state(backend.id, False)
+        elif backend.state is State.SLEEPING:
+            self.metrics.backend_slept(backend.id)
+            now = time.monotonic()
+            for device in claims(self.config, backend.id):
+                self._device_left_at[device] = now
+            self._enforce_host_budget()
         elif backend.state is State.STOPPING:
             self.metrics.backend_state(backend.id, False)
+            if run.fallback:
+                self.metrics.sleep_fallback(backend.id, "sleep" if "sleep failed" in run.fallback else "wake")
         elif backend.state is State.STOPPED:
             now = time.monotonic()
             for device in claims(self.config, backend.id):
@@ -523,7 +640,8 @@ class Fleet:
         now = time.monotonic()
         for backend in self._backends.values():
             queued = sum(1 for w in self._waiting if w.model == backend.id)
-            if backend.state is State.STOPPED and not backend.consecutive_failures and not queued:
+            if backend.state is State.STOPPED and not backend.consecutive_failures and not queued \
+                    and not backend.last_fallback:
                 continue
             entries.append(backend_entry(
                 backend,
@@ -532,6 +650,7 @@ class Fleet:
                 waiting=self._waiting_reason.get(backend.id),
                 claim=claims(self.config, backend.id),
                 now=now,
+                host_gib=self._host_cost(backend) if backend.model.sleep is not None else None,
             ))
         return entries
 

@@ -39,6 +39,8 @@ class Lease:
     run: Run
     completed: bool = False
     released: bool = False
+    waited_for: str | None = None
+    """`start` or `wake` when the request was queued while its model got ready; None when it was ready."""
 
     @property
     def model(self) -> ModelConfig:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from swaplab.config.model import Config
-from swaplab.fleet.backend import Backend, State
+from swaplab.fleet.backend import SLEEP_FAULT_LIMIT, Backend, State
 from swaplab.fleet.devices import DeviceReading
 
 
@@ -21,6 +21,7 @@ def backend_entry(
     waiting: str | None,
     claim: dict[int, float | None],
     now: float,
+    host_gib: float | None = None,
 ) -> dict[str, Any]:
     """A backend's state, load and last failure; `waiting` is why its queued requests wait, if known."""
     entry: dict[str, Any] = {
@@ -32,16 +33,44 @@ def backend_entry(
         "queued": queued,
         "devices": _claim_json(claim),
     }
-    if backend.state is State.STOPPED and queued and waiting is not None:
+    if backend.state in (State.STOPPED, State.SLEEPING) and queued and waiting is not None:
         entry["waiting"] = waiting
     if backend.start_seconds is not None:
         entry["start_seconds"] = round(backend.start_seconds, 3)
+    if backend.model.sleep is not None:
+        entry["sleep"] = _sleep_json(backend, host_gib)
     if backend.consecutive_failures:
         entry["consecutive_failures"] = backend.consecutive_failures
         entry["last_error"] = backend.last_error
         backoff = backend.backoff_until - now
         if backoff > 0:
             entry["backoff_seconds"] = round(backoff, 1)
+    return entry
+
+
+def _sleep_json(backend: Backend, host_gib: float | None) -> dict[str, Any]:
+    """How the model sleeps and how its sleeps went: `/running`'s `sleep` object."""
+    sleep = backend.model.sleep
+    assert sleep is not None
+    entry: dict[str, Any] = {
+        "engine": sleep.engine,
+        "level": sleep.level,
+        "enabled": backend.sleep_faults < SLEEP_FAULT_LIMIT,
+        "sleeps": backend.sleeps,
+        "wakes": backend.wakes,
+        "ready_by": backend.ready_by,
+        "host_gib": None if host_gib is None else round(host_gib, 3),
+    }
+    if backend.state is State.SLEEPING and backend.asleep_since is not None:
+        entry["asleep_since"] = backend.asleep_since
+    if backend.last_sleep_seconds is not None:
+        entry["last_sleep_seconds"] = round(backend.last_sleep_seconds, 3)
+    if backend.last_wake_seconds is not None:
+        entry["last_wake_seconds"] = round(backend.last_wake_seconds, 3)
+    if backend.sleep_faults:
+        entry["consecutive_faults"] = backend.sleep_faults
+    if backend.last_fallback:
+        entry["last_fallback"] = backend.last_fallback
     return entry
 
 

@@ -35,6 +35,7 @@ class ActivityRecord:
     session_id: str | None = None  # the client's session (`ui.activity.session_id` headers)
     capture_id: int | None = None  # the id its capture is kept under in the router's memory (`captureBuffer`)
     metadata: str | None = None  # llama-swap's annotations of the request, a JSON object: {"selector": ID}
+    waited_for: str | None = None  # `start` or `wake` when the request waited for its model to get ready
 
 
 COLUMNS = tuple(field.name for field in dataclasses.fields(ActivityRecord))

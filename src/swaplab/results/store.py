@@ -119,6 +119,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 5: llama-swap's metadata of a request (`{"selector": ID}` when a selector routed it),
     # a JSON object. Older rows have none.
     ("ALTER TABLE activity ADD COLUMN metadata TEXT",),
+    # 6: what a queued request waited for: `start` (a cold start) or `wake` (a sleeping
+    # model woken); NULL when its model was ready. Older rows have none.
+    ("ALTER TABLE activity ADD COLUMN waited_for TEXT",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -226,6 +226,7 @@ class Forwarder:
             except asyncio.CancelledError:
                 observation.end(completed=False, disconnected=True)  # left while queued
                 raise
+            observation.waited_for = lease.waited_for
             for attempt in (1, 2):
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.

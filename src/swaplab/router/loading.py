@@ -37,4 +37,6 @@ def loading_event(model_id: str, text: str, created: int | None = None) -> bytes
 def progress_text(model_id: str, state: str, seconds: float, waiting: str | None) -> str:
     if waiting:
         return f"[swaplab] {model_id}: {waiting} ({seconds:.0f} s)\n"
+    if state in ("waking", "sleeping"):  # a wake takes seconds, where a load takes minutes: say which it is
+        return f"[swaplab] waking {model_id} ({seconds:.0f} s)\n"
     return f"[swaplab] loading {model_id}: {state} ({seconds:.0f} s)\n"

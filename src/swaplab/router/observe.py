@@ -62,7 +62,7 @@ class RequestObservation:
 
     __slots__ = (
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
-        "request_headers", "session_headers", "capture_id", "pending", "response", "metadata",
+        "request_headers", "session_headers", "capture_id", "pending", "response", "metadata", "waited_for",
         "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
     )
@@ -95,6 +95,8 @@ class RequestObservation:
         """What the client was answered with (set by the relay or the router's own answer), for a capture."""
         self.metadata = metadata
         """llama-swap's annotations of the request (`{"selector": ID}`), for its record."""
+        self.waited_for: str | None = None
+        """`start` or `wake` when the request waited for its model to get ready (the lease says)."""
         self.time = time.time()
         self._started = time.perf_counter()
         self.status = 0
@@ -269,6 +271,7 @@ class RequestObservation:
             session_id=self.session_id(),
             capture_id=self.capture_id,
             metadata=json.dumps(self.metadata, ensure_ascii=False) if self.metadata else None,
+            waited_for=self.waited_for,
         )
         self._head.clear()
         if self.pending is None:  # else the capture still needs the tail

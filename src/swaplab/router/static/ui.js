@@ -212,12 +212,14 @@ function renderModels() {
     if (live.in_flight) busy.push(`${live.in_flight} in flight`);
     if (live.queued) busy.push(`${live.queued} queued`);
     if (live.pid) busy.push(`pid ${live.pid}`);
+    if (live.sleep && state === "sleeping" && live.sleep.host_gib != null) busy.push(`asleep, ${live.sleep.host_gib.toFixed(1)} GiB RAM`);
+    if (live.sleep && live.sleep.last_wake_seconds != null) busy.push(`last wake ${live.sleep.last_wake_seconds.toFixed(1)} s`);
     setText(parts.requests, busy.join(" · "));
     setText(parts.descriptionText, model.description || "");
-    setText(parts.lastError, live.last_error || "");
+    setText(parts.lastError, live.last_error || (live.sleep && live.sleep.last_fallback) || "");
 
     const action = pending.get(model.id);
-    parts.load.disabled = Boolean(action) || state !== "stopped";
+    parts.load.disabled = Boolean(action) || (state !== "stopped" && state !== "sleeping");
     parts.unload.disabled = Boolean(action) || state === "stopped" || state === "stopping";
     setText(parts.load, action === "load" ? "Loading…" : "Load");
     setText(parts.unload, action === "unload" ? "Unloading…" : "Unload");
@@ -327,6 +329,18 @@ function renderDevices(devices) {
   );
 }
 
+function ttftCell(entry) {
+  // A request that waited for its model says whether a wake (seconds) or a cold start (minutes) it was.
+  const cell = element("td", "num", formatNumber(entry.ttft_ms));
+  if (entry.waited_for) {
+    const badge = element("span", "badge waited", entry.waited_for);
+    badge.dataset.state = entry.waited_for === "wake" ? "sleeping" : "starting";
+    badge.title = entry.waited_for === "wake" ? "waited for its model to wake" : "waited for its model to start";
+    cell.append(" ", badge);
+  }
+  return cell;
+}
+
 function renderActivity(entries) {
   const json = JSON.stringify(entries);
   if (json === lastActivityJson) return;
@@ -348,7 +362,7 @@ function renderActivity(entries) {
         status,
         element("td", "num", formatNumber(entry.prompt_tokens)),
         element("td", "num", formatNumber(entry.completion_tokens)),
-        element("td", "num", formatNumber(entry.ttft_ms)),
+        ttftCell(entry),
         element("td", "num", formatNumber(entry.tokens_per_second, 1)),
         element("td", "num", formatNumber(entry.duration_ms)),
         element("td", "error-text", entry.error || ""),

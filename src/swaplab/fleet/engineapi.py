@@ -1,0 +1,115 @@
+"""What the fleet asks of an engine's own HTTP API: is it ready (readiness that means ready),
+sleep, wake; and what a sleeping process holds in RAM. The backend's lifecycle task decides
+when; this says how."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import psutil
+
+from swaplab.config.model import ModelConfig, SleepCall
+
+GIB = 1024**3
+READY_POLL_FIRST = 0.02
+READY_POLL_MAX = 0.25
+GENERATE_ATTEMPT_TIMEOUT = 30.0
+
+
+async def poll_ready(http: aiohttp.ClientSession, model: ModelConfig, check: str) -> None:
+    """Returns once the model's `checkEndpoint` says it is ready; polls faster at first."""
+    interval = READY_POLL_FIRST
+    while True:
+        if await ready_once(http, model, check):
+            return
+        await asyncio.sleep(interval)
+        interval = min(interval * 2, READY_POLL_MAX)
+
+
+async def ready_once(http: aiohttp.ClientSession, model: ModelConfig, check: str) -> bool:
+    base = model.proxy.rstrip("/")
+    try:
+        if check == "generate":
+            # /health can say 200 minutes before the server can serve (the seed's
+            # SGLang): only a real one-token completion proves readiness.
+            body = {"model": model.use_model_name or model.id, "prompt": "Hi", "max_tokens": 1}
+            timeout = aiohttp.ClientTimeout(total=GENERATE_ATTEMPT_TIMEOUT)
+            async with http.post(f"{base}/v1/completions", json=body, timeout=timeout) as response:
+                if response.status != 200:
+                    return False
+                payload = await response.json(content_type=None)
+                return bool(payload.get("choices"))
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with http.get(f"{base}{check}", timeout=timeout) as response:
+            await response.read()
+            return response.status == 200
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return False
+
+
+async def call_all(
+    http: aiohttp.ClientSession,
+    proxy: str,
+    calls: tuple[SleepCall, ...],
+    timeout: float,
+    exited: asyncio.Event,
+    stopped: asyncio.Event,
+) -> str | None:
+    """Each call in order, each within `timeout`; why one failed, or None.
+
+    A call is abandoned as soon as the process exits (why: its exit) or a stop is wanted
+    (None: the caller sees the stop and ends the run).
+    """
+    base = proxy.rstrip("/")
+    for call in calls:
+        request = asyncio.ensure_future(_call(http, base, call, timeout))
+        exit_seen = asyncio.ensure_future(exited.wait())
+        stop_seen = asyncio.ensure_future(stopped.wait())
+        try:
+            await asyncio.wait({request, exit_seen, stop_seen}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (request, exit_seen, stop_seen):
+                waiter.cancel()
+        if stopped.is_set():
+            return None
+        if exited.is_set():
+            return f"{call}: the process exited"
+        failure = request.result()
+        if failure is not None:
+            return f"{call}: {failure}"
+    return None
+
+
+async def _call(http: aiohttp.ClientSession, base: str, call: SleepCall, timeout: float) -> str | None:
+    kwargs: dict = {"timeout": aiohttp.ClientTimeout(total=timeout)}
+    if call.body is not None:
+        kwargs["json"] = call.body
+    try:
+        async with http.request(call.method, base + call.path, **kwargs) as response:
+            text = await response.text(errors="replace")
+            if response.status >= 300:
+                return f"HTTP {response.status} {text.strip()[:200]}"
+            return None
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except aiohttp.ClientError as error:
+        return str(error) or type(error).__name__
+
+
+def tree_gib(pid: int | None) -> float | None:
+    """RAM (resident set) of a process and all its descendants, in GiB; None when it cannot be read."""
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_info().rss
+        except psutil.Error:
+            continue
+    return total / GIB
