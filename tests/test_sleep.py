@@ -9,6 +9,7 @@ same. Order is read from events (`/running`, the sims' `/sim/stats`), never from
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import sqlite3
@@ -52,7 +53,7 @@ async def metric(session: aiohttp.ClientSession, url: str, name: str, **labels: 
 def activity(router) -> list[dict]:
     with sqlite3.connect(router.db) as db:
         db.row_factory = sqlite3.Row
-        return [dict(row) for row in db.execute("SELECT model, status, waited_for FROM activity ORDER BY id")]
+        return [dict(row) for row in db.execute("SELECT model, status, waited_for, metadata FROM activity ORDER BY id")]
 
 
 async def test_a_b_a_b_swaps_by_sleeps_and_wakes_alone(router_factory):
@@ -99,6 +100,25 @@ async def test_a_b_a_b_swaps_by_sleeps_and_wakes_alone(router_factory):
     ]
 
 
+async def test_send_loading_state_says_waking_not_loading(router_factory):
+    router = router_factory("sendLoadingState: true\n" + config(
+        sleepy("a", "vllm", "--wake-seconds", "1.5"), sleepy("b", "vllm"),
+    ))
+    url = router.url
+    body = {"model": "a", "stream": True, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        await ask(session, url, "a")
+        await ask(session, url, "b")
+        async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+            raw = (await response.read()).decode()
+    events = [block.removeprefix("data: ") for block in raw.split("\n\n") if block.startswith("data: ")]
+    chunks = [json.loads(event) for event in events[:-1]]
+    progress = [c["choices"][0]["delta"].get("reasoning_content") for c in chunks if c["choices"]]
+    progress = [text for text in progress if text]
+    assert any("waking a" in text for text in progress), progress
+    assert not any("loading a" in text for text in progress), progress
+
+
 async def test_the_host_budget_stops_the_least_recently_used_sleeper(router_factory):
     router = router_factory(config(
         sleepy("a", "vllm", host_gib=10), sleepy("b", "vllm", host_gib=10), sleepy("c", "vllm", host_gib=10),
@@ -140,6 +160,13 @@ async def test_a_failing_wake_falls_back_to_a_cold_start_that_serves(router_fact
         assert "wake failed" in now["a"]["sleep"]["last_fallback"]
         assert now["a"]["sleep"]["enabled"] is True  # once is not yet twice
         assert await metric(session, url, "swaplab:sleep_fallbacks_total", model="a", during="wake") == 1
+
+        def fallback_recorded() -> dict | None:
+            rows = activity(router)
+            return rows[2] if len(rows) >= 3 else None
+
+        row = wait_until(fallback_recorded, 15, "the third request's activity row")
+        assert row["waited_for"] == "start" and "its wake failed" in json.loads(row["metadata"])["fallback"]
 
         await ask(session, url, "b")
         await ask(session, url, "a")  # the second failure in a row

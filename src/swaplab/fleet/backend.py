@@ -105,6 +105,8 @@ class Backend:
         self.sleep_faults = 0
         """Sleeps and wakes that failed in a row; at SLEEP_FAULT_LIMIT the model is no longer put to sleep."""
         self.last_fallback = ""
+        self.fell_back_at = 0.0
+        """When (monotonic) a sleep or wake last failed and the process was stopped instead."""
         self.asleep_since: float | None = None
         self.last_sleep_seconds: float | None = None
         self.last_wake_seconds: float | None = None
@@ -279,8 +281,8 @@ class Backend:
         self.asleep_since = time.time()
         self.host_gib = tree_gib(run.pid)
         self._set(State.SLEEPING)
-        log.info("%s asleep in %.2f s (pid %s keeps %.1f GiB of RAM)", self.id, self.last_sleep_seconds, run.pid,
-                 self.host_gib or 0.0)
+        log.info("%s asleep in %.2f s (pid %s and its children hold %.2f GiB of RAM)", self.id, self.last_sleep_seconds,
+                 run.pid, self.host_gib or 0.0)
         return True
 
     async def _wake_up(self, run: Run) -> bool:
@@ -312,6 +314,7 @@ class Backend:
             return False
         self.sleep_faults += 1
         self.last_fallback = run.fallback = why
+        self.fell_back_at = time.monotonic()
         if run.exited.is_set():
             await self._crashed(run)
             return False

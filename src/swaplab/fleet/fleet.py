@@ -546,6 +546,8 @@ class Fleet:
         lease = self._grant(backend)
         if backend.became_ready >= waiter.since:  # it got ready while this request waited
             lease.waited_for = backend.ready_by
+            if backend.fell_back_at >= waiter.since:  # a wake failed meanwhile: this start is its fallback
+                lease.fallback = backend.last_fallback
         waiter.future.set_result(lease)
 
     def _backend_changed(self, backend: Backend, run: Run) -> None:

@@ -41,6 +41,8 @@ class Lease:
     released: bool = False
     waited_for: str | None = None
     """`start` or `wake` when the request was queued while its model got ready; None when it was ready."""
+    fallback: str = ""
+    """Why the model was started cold while this request waited, when a wake failed ("" otherwise)."""
 
     @property
     def model(self) -> ModelConfig:

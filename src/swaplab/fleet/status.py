@@ -61,6 +61,8 @@ def _sleep_json(backend: Backend, host_gib: float | None) -> dict[str, Any]:
         "ready_by": backend.ready_by,
         "host_gib": None if host_gib is None else round(host_gib, 3),
     }
+    if backend.host_gib is not None:
+        entry["measured_host_gib"] = round(backend.host_gib, 3)
     if backend.state is State.SLEEPING and backend.asleep_since is not None:
         entry["asleep_since"] = backend.asleep_since
     if backend.last_sleep_seconds is not None:

@@ -173,7 +173,10 @@ def model_name(model: str, requested_model: str | None) -> str:
 
 
 def activity_table(rows: list[dict[str, Any]], *, title: str | None = None) -> Table:
-    """A rich table of activity rows, in the order given; a session column when any row names one."""
+    """A rich table of activity rows, in the order given; a session column when any row names one.
+
+    A request that waited for its model's cold start or wake says so beside its TTFT: `12034 (start)`.
+    """
     from rich.table import Table
 
     sessions = any(row.get("session_id") for row in rows)
@@ -206,7 +209,7 @@ def activity_table(rows: list[dict[str, Any]], *, title: str | None = None) -> T
             row["path"],
             status,
             f"{_or_dash(row['prompt_tokens'])}/{_or_dash(row['completion_tokens'])}",
-            _or_dash(row["ttft_ms"]),
+            _or_dash(row["ttft_ms"]) + (f" ({row['waited_for']})" if row.get("waited_for") else ""),
             _or_dash(row["tokens_per_second"], "{:.1f}"),
             _duration(row["duration_ms"]),
             error,
