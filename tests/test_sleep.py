@@ -244,3 +244,24 @@ async def test_no_process_outlives_the_router_sleeping_ones_included(router_fact
     router.wait(30)
     for pid in pids:
         wait_until(lambda pid=pid: not alive(pid), 15, f"backend {pid} to exit after the router got {how.name}")
+
+
+async def test_a_reload_that_changes_a_sleeping_model_stops_it_and_the_next_request_starts_the_new_entry(
+    router_factory, tmp_path
+):
+    text = config(sleepy("a", "vllm"), sleepy("b", "vllm"))
+    router = router_factory(text)
+    url = router.url
+    async with aiohttp.ClientSession() as session:
+        await ask(session, url, "a")
+        await ask(session, url, "b")
+        old = (await running(session, url))["a"]
+        assert old["state"] == "sleeping"
+        path = tmp_path / "config.yaml"
+        path.write_text(path.read_text().replace("--model a", "--model a --ttft-ms 1"))
+        router.signal(signal.SIGHUP)
+        await wait_for_state(session, url, "a", "stopped")  # not woken, not left asleep: stopped
+        assert not alive(old["pid"])
+        assert (await running(session, url))["b"]["state"] == "ready"  # unchanged: untouched
+        await ask(session, url, "a")
+        assert (await running(session, url))["a"]["pid"] != old["pid"]
