@@ -20,7 +20,7 @@ from procs import SIM, alive, eventually, wait_until
 from routerclient import chat, running, sim_stats, wait_for_state
 
 
-def sleepy(model: str, engine: str, *flags: str, host_gib: float = 1, extra: str = "") -> str:
+def sleepy(model: str, engine: str, *flags: str, host_gib: float = 1, timeout: float = 10, extra: str = "") -> str:
     """A model entry whose sim imitates `engine`'s sleep API."""
     sim_flags = " ".join(("--engine", engine, *flags))
     return f"""
@@ -29,7 +29,7 @@ def sleepy(model: str, engine: str, *flags: str, host_gib: float = 1, extra: str
     sleep:
       engine: {engine}
       hostMemoryGiB: {host_gib}
-      timeout: 10{extra}
+      timeout: {timeout}{extra}
 """
 
 
@@ -176,6 +176,23 @@ async def test_a_failing_wake_falls_back_to_a_cold_start_that_serves(router_fact
         await wait_for_state(session, url, "a", "stopped")
         assert await metric(session, url, "swaplab:sleep_fallbacks_total", model="a", during="wake") == 2
     assert "its wake failed" in router.output()
+
+
+@pytest.mark.parametrize("fault", ["hang", "crash"])
+async def test_a_wake_that_hangs_past_its_timeout_or_crashes_falls_back_too(router_factory, fault):
+    router = router_factory(config(sleepy("a", "sglang", "--wake-fault", fault, timeout=1), sleepy("b", "sglang")))
+    url = router.url
+    async with aiohttp.ClientSession() as session:
+        await ask(session, url, "a")
+        first_pid = (await running(session, url))["a"]["pid"]
+        await ask(session, url, "b")
+        await ask(session, url, "a")
+        now = await running(session, url)
+        assert now["a"]["state"] == "ready" and now["a"]["pid"] != first_pid
+        # a crash is seen as the connection's end or as the exit, whichever the router hears first
+        expected = ("no answer within 1 s",) if fault == "hang" else ("Server disconnected", "the process exited")
+        assert any(words in now["a"]["sleep"]["last_fallback"] for words in expected), now["a"]["sleep"]
+        assert await metric(session, url, "swaplab:sleep_fallbacks_total", model="a", during="wake") == 1
 
 
 async def test_a_failing_sleep_stops_the_model_instead(router_factory):
