@@ -117,6 +117,18 @@ def test_warm_prefers_ready_then_starting_then_the_first():
     assert choose_warm(candidates(("a", State.STOPPING), ("b", State.STOPPED), ("c", None))) == "a"
 
 
+def test_warm_prefers_a_waking_then_a_sleeping_target_to_a_cold_start():
+    assert choose_warm(candidates(("a", State.STOPPED), ("b", State.SLEEPING), ("c", State.WAKING))) == "c"
+    assert choose_warm(candidates(("a", State.STOPPED), ("b", State.SLEEPING))) == "b"
+    assert choose_warm(candidates(("a", State.FALLING_ASLEEP), ("b", State.SLEEPING), ("c", State.READY))) == "c"
+
+
+def test_spillover_wakes_a_sleeper_before_starting_a_stopped_target():
+    assert run_spillover([("a", State.READY), ("b", State.STOPPED), ("c", State.SLEEPING)], 1, 2) == ["a", "c"]
+    assert run_spillover([("a", State.FALLING_ASLEEP), ("b", State.STOPPED)], 1, 1) == ["b"]
+    assert run_spillover([("a", State.WAKING), ("b", State.STOPPED)], 2, 2) == ["a", "a"]
+
+
 def run_spillover(specs, spillover: int, requests: int, reserved: dict[str, int] | None = None) -> list[str]:
     """Requests in a row, none released: the targets chosen (llama-swap's selector_test.go sequences)."""
     reserved = dict(reserved or {})

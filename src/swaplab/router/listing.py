@@ -162,7 +162,7 @@ def _selector_status(config: Config, targets: tuple[str, ...], strategy: str, st
         resolved = resolve(config, target)
         if isinstance(resolved, LocalTarget):
             state = state_of(resolved.model_id)
-            if state in (State.READY, State.STARTING):
+            if state in (State.READY, State.STARTING, State.WAKING):
                 return str(state)
         if strategy == "pin":
             break

@@ -35,11 +35,16 @@ class Candidate:
     """The local model's state; None for a peer's model."""
 
 
+WARMTH = ((State.READY,), (State.STARTING, State.WAKING), (State.SLEEPING,))
+"""What `warm` prefers, best first: ready, then on its way (starting, waking), then asleep (a
+wake takes seconds where a cold start takes minutes)."""
+
+
 def choose_warm(candidates: list[Candidate]) -> str:
-    """The first ready target, else the first starting one, else the first (a cold start)."""
-    for wanted in (State.READY, State.STARTING):
+    """The first ready target, else the first starting or waking, else the first asleep, else the first."""
+    for wanted in WARMTH:
         for candidate in candidates:
-            if candidate.state is wanted:
+            if candidate.state in wanted:
                 return candidate.target
     return candidates[0].target
 
@@ -49,9 +54,10 @@ def choose_spillover(
 ) -> tuple[Candidate, bool] | None:
     """llama-swap's spillover decision (`server/selector.go`), or None when no target can take the request.
 
-    Active targets are local models ready or starting, and any target with reservations;
-    cold ones are stopped local models and peers without reservations; a stopping model
-    is neither. With no active target the first cold one wakes. Otherwise the least
+    Active targets are local models ready, starting or waking, and any target with
+    reservations; cold ones are stopped or sleeping local models (sleeping ones first: a
+    wake is faster than a start) and peers without reservations; a model stopping or
+    falling asleep is neither. With no active target the first cold one wakes. Otherwise the least
     reserved active target takes the request while it holds fewer than `spillover`; when
     every active one is full, the first cold target wakes, and with none left the least
     reserved active one takes it anyway. Ties among the least reserved go round-robin by
@@ -63,12 +69,13 @@ def choose_spillover(
         held = reserved.get(candidate.key, 0)
         if candidate.state is None:
             (active if held > 0 else cold).append(candidate)
-        elif candidate.state is State.STOPPING:
+        elif candidate.state in (State.STOPPING, State.FALLING_ASLEEP):
             continue
-        elif candidate.state in (State.READY, State.STARTING) or held > 0:
+        elif candidate.state in (State.READY, State.STARTING, State.WAKING) or held > 0:
             active.append(candidate)
         else:
             cold.append(candidate)
+    cold.sort(key=lambda candidate: candidate.state is not State.SLEEPING)  # a sleeper wakes fastest
     if not active:
         return (cold[0], False) if cold else None
     least = min(reserved.get(candidate.key, 0) for candidate in active)
