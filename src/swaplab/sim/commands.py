@@ -26,6 +26,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     sim.add_argument("--default-max-tokens", type=int, default=16, help="output length when a request sets none")
     sim.add_argument("--script", metavar="FILE", help="scripted chat answers (YAML or JSON; see docs/sim.md)")
+    # Checked by SimSettings against swaplab.sim.sleep's lists, which this module must not import
+    # (it would load aiohttp for every `swaplab` command).
+    sim.add_argument(
+        "--engine", default="generic", metavar="ENGINE",
+        help="whose sleep API to serve: generic (none), vllm (/sleep, /wake_up) or sglang "
+        "(/release_memory_occupation, /resume_memory_occupation)",
+    )
+    sim.add_argument("--sleep-seconds", type=float, default=0.0, help="time a sleep call takes to answer")
+    sim.add_argument(
+        "--wake-seconds", type=float, default=0.0,
+        help="time a wake call takes (vLLM: one that restores weights; a kv_cache-only wake is instant)",
+    )
+    for operation in ("sleep", "wake"):
+        sim.add_argument(
+            f"--{operation}-fault", default="none", metavar="FAULT",
+            help=f"what a {operation} call does instead: none, error (500), hang (never answers) or crash (exit 1)",
+        )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -45,5 +62,10 @@ def main(args: argparse.Namespace) -> int:
             crash_after_tokens=args.crash_after_tokens,
             default_max_tokens=args.default_max_tokens,
             script=load_script(args.script) if args.script else None,
+            engine=args.engine,
+            sleep_seconds=args.sleep_seconds,
+            wake_seconds=args.wake_seconds,
+            sleep_fault=args.sleep_fault,
+            wake_fault=args.wake_fault,
         )
     )

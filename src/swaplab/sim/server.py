@@ -20,6 +20,7 @@ from swaplab.sim.chunks import StreamEncoder, whole_answer
 from swaplab.sim.messages import MessagesStreamEncoder, whole_message
 from swaplab.sim.request import BadRequest, Kind, Plan, messages_prompt_tokens, plan_request
 from swaplab.sim.script import Script
+from swaplab.sim.sleep import Engine, Fault, Sleeper, check_settings
 
 # Request bodies can be long prompts; the router forwards at least 64 MiB.
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -47,11 +48,20 @@ class SimSettings:
     crash_after_tokens: int = 0  # 0: never
     default_max_tokens: int = 16
     script: Script | None = None  # scripted chat answers (`--script FILE`, loaded by swaplab.sim.script)
+    engine: Engine = "generic"  # whose sleep API it serves (swaplab.sim.sleep); generic: none
+    sleep_seconds: float = 0.0
+    wake_seconds: float = 0.0
+    sleep_fault: Fault = "none"
+    wake_fault: Fault = "none"
 
     def __post_init__(self) -> None:
-        for name in ("ttft_ms", "tokens_per_second", "load_seconds", "crash_after_tokens", "default_max_tokens"):
+        for name in (
+            "ttft_ms", "tokens_per_second", "load_seconds", "crash_after_tokens", "default_max_tokens",
+            "sleep_seconds", "wake_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise SwaplabError(f"sim: --{name.replace('_', '-')} must not be negative")
+        check_settings(self)
 
 
 @dataclass
@@ -79,6 +89,10 @@ class Sim:
         self._crash_after = settings.crash_after_tokens or None
         self._ids = itertools.count(1)
         self._last_request: dict[str, Any] | None = None
+        # Set while no generation is in flight: what a sleep waits for.
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._sleeper = Sleeper(settings, workload=self) if settings.engine != "generic" else None
 
     def app(self) -> web.Application:
         """The aiohttp application; serve it with handler_cancellation=True."""
@@ -94,6 +108,8 @@ class Sim:
         app.router.add_get("/sim/last-request", self._last)
         app.router.add_get("/sim/ws", self._websocket)
         app.router.add_get("/props", self._props)
+        if self._sleeper is not None:
+            app.router.add_routes(self._sleeper.routes())
         return app
 
     def is_ready(self) -> bool:
@@ -101,6 +117,14 @@ class Sim:
         if not self._ready and self._loop.time() >= self._ready_at:
             self._ready = True
         return self._ready
+
+    def busy(self) -> bool:
+        """Whether a generation request is in flight (for the sleeper)."""
+        return self.stats.active > 0
+
+    async def until_idle(self) -> None:
+        """Return once no generation request is in flight."""
+        await self._idle.wait()
 
     # -- generation --------------------------------------------------------
 
@@ -137,12 +161,18 @@ class Sim:
             )
         except BadRequest as bad:
             return error(400, str(bad))
+        # Decided here, with no await before the request counts as active, so a sleep that
+        # found the sim idle never has a request start under it.
+        refusal = self._sleeper.refusal() if self._sleeper is not None else None
+        if refusal is not None:
+            return error(503, refusal)
 
         request_id = f"{ID_PREFIXES[kind]}{next(self._ids)}"
         created = int(time.time())
         stats = self.stats
         stats.requests += 1
         stats.active += 1
+        self._idle.clear()
         finished = False
         # A client that goes away cancels this task (handler_cancellation), or makes
         # a write fail; either way the request ends here as cancelled.
@@ -165,6 +195,8 @@ class Sim:
             return web.json_response(whole_answer(plan, request_id, created))
         finally:
             stats.active -= 1
+            if stats.active == 0:
+                self._idle.set()
             if finished:
                 stats.completed += 1
             else:
@@ -253,7 +285,8 @@ class Sim:
         return web.json_response({"input_tokens": input_tokens})
 
     async def _stats(self, request: web.Request) -> web.Response:
-        return web.json_response(asdict(self.stats))
+        sleep_stats = self._sleeper.stats() if self._sleeper is not None else {}
+        return web.json_response({**asdict(self.stats), **sleep_stats})
 
     async def _last(self, request: web.Request) -> web.Response:
         if self._last_request is None:
