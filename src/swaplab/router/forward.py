@@ -226,9 +226,7 @@ class Forwarder:
             except asyncio.CancelledError:
                 observation.end(completed=False, disconnected=True)  # left while queued
                 raise
-            observation.waited_for = lease.waited_for
-            if lease.fallback:
-                observation.metadata = {**(observation.metadata or {}), "fallback": lease.fallback}
+            observation.admitted(lease.waited_for, lease.fallback)
             for attempt in (1, 2):
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.

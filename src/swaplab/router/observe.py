@@ -136,6 +136,13 @@ class RequestObservation:
             session_headers=session_headers, capture=pending, metadata=metadata,
         )
 
+    def admitted(self, waited_for: str | None, fallback: str) -> None:
+        """The fleet admitted the request: what it waited for (`start`, `wake`, None), and why a
+        wake it waited for fell back to a cold start ("" when none did)."""
+        self.waited_for = waited_for
+        if fallback:
+            self.metadata = {**(self.metadata or {}), "fallback": fallback}
+
     def sending(self, body: bytes) -> None:
         """The request's body as it goes upstream (after the filters): for a capture."""
         if self.pending is not None:

@@ -16,7 +16,9 @@ from swaplab.sim.tokens import TOKEN_PREFIX, answer_text
 
 DONE = b"data: [DONE]\n\n"
 # The error types OpenAI-compatible servers give the statuses the sim answers with.
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 503: "unavailable_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error", 404: "not_found_error", 500: "internal_server_error", 503: "unavailable_error",
+}
 
 
 class StreamEncoder:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from swaplab.sim.script import Script, ScriptedReply
 from swaplab.sim.tokens import count_words
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 # "messages" is Anthropic's Messages API (/v1/messages); the others are OpenAI's.
 Kind = Literal["chat", "completion", "messages"]
@@ -161,3 +164,11 @@ def _prompt_words(prompt: Any) -> int:
                 raise BadRequest("'prompt' items must be strings, token ids or lists of token ids")
         return total
     raise BadRequest("'prompt' must be a string or a list")
+
+
+async def json_body(request: web.Request) -> Any:
+    """The request's JSON body; `BadRequest` (a 400) when it is not JSON."""
+    try:
+        return await request.json()
+    except ValueError as error:  # json.JSONDecodeError is a ValueError
+        raise BadRequest(f"invalid JSON body: {error}") from None

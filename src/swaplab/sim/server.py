@@ -18,7 +18,7 @@ from swaplab.errors import SwaplabError
 from swaplab.sim import chunks, messages
 from swaplab.sim.chunks import StreamEncoder, whole_answer
 from swaplab.sim.messages import MessagesStreamEncoder, whole_message
-from swaplab.sim.request import BadRequest, Kind, Plan, messages_prompt_tokens, plan_request
+from swaplab.sim.request import BadRequest, Kind, Plan, json_body, messages_prompt_tokens, plan_request
 from swaplab.sim.script import Script
 from swaplab.sim.sleep import Engine, Fault, Sleeper, check_settings
 
@@ -150,7 +150,7 @@ class Sim:
                 "path": request.path_qs, "content_type": request.headers.get("Content-Type", ""),
                 "body": raw.decode(errors="replace"),
             }
-            body = await _json_body(request)
+            body = await json_body(request)
             self._last_request["body"] = body
             plan = plan_request(
                 kind,
@@ -265,7 +265,7 @@ class Sim:
         if not self.is_ready():
             return _openai_error(503, self._loading_message())
         try:
-            body = await _json_body(request)
+            body = await json_body(request)
         except BadRequest as bad:
             return _openai_error(400, str(bad))
         content = body.get("content") if isinstance(body, dict) else None
@@ -279,7 +279,7 @@ class Sim:
         if not self.is_ready():
             return _anthropic_error(503, self._loading_message())
         try:
-            input_tokens = messages_prompt_tokens(await _json_body(request))
+            input_tokens = messages_prompt_tokens(await json_body(request))
         except BadRequest as bad:
             return _anthropic_error(400, str(bad))
         return web.json_response({"input_tokens": input_tokens})
@@ -315,13 +315,6 @@ class Sim:
         else:  # the client closed: say how, where a router's log shows it
             print(f"sim: websocket closed by the client with code {socket.close_code}", file=sys.stderr, flush=True)
         return socket
-
-
-async def _json_body(request: web.Request) -> Any:
-    try:
-        return await request.json()
-    except ValueError as error:  # json.JSONDecodeError is a ValueError
-        raise BadRequest(f"invalid JSON body: {error}") from None
 
 
 def _openai_error(status: int, message: str) -> web.Response:

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from swaplab.errors import SwaplabError
 from swaplab.sim import chunks
-from swaplab.sim.request import BadRequest
+from swaplab.sim.request import BadRequest, json_body
 
 Engine = Literal["generic", "vllm", "sglang"]
 Fault = Literal["none", "error", "hang", "crash"]
@@ -255,7 +255,7 @@ class Sleeper:
 
     async def _vllm_collective_rpc(self, request: web.Request) -> web.Response:
         try:
-            rpc_method(await _json_body(request))
+            rpc_method(await json_body(request))
             async with self._turn:
                 self.state.reload_weights()
         except BadRequest as bad:
@@ -269,7 +269,7 @@ class Sleeper:
 
     async def _sglang_release(self, request: web.Request) -> web.Response:
         try:
-            parts = memory_tags(await _json_body(request))
+            parts = memory_tags(await json_body(request))
         except BadRequest as bad:
             return _error(400, str(bad))
         # With --enable-weights-cpu-backup the weights wait in host RAM: vLLM's level 1.
@@ -278,7 +278,7 @@ class Sleeper:
 
     async def _sglang_resume(self, request: web.Request) -> web.Response:
         try:
-            parts = memory_tags(await _json_body(request))
+            parts = memory_tags(await json_body(request))
         except BadRequest as bad:
             return _error(400, str(bad))
         answer = {"success": True, "message": f"resumed {', '.join(sorted(parts))}"}
@@ -291,7 +291,7 @@ class Sleeper:
 
     async def _set_faults(self, request: web.Request) -> web.Response:
         try:
-            self.faults.update(fault_changes(await _json_body(request)))
+            self.faults.update(fault_changes(await json_body(request)))
         except BadRequest as bad:
             return _error(400, str(bad))
         return web.json_response(self.faults)
@@ -346,20 +346,8 @@ class Sleeper:
             self.counts.wakes += 1
 
 
-async def _json_body(request: web.Request) -> Any:
-    try:
-        return await request.json()
-    except ValueError as error:  # json.JSONDecodeError is a ValueError
-        raise BadRequest(f"invalid JSON body: {error}") from None
-
-
 def _error(status: int, message: str) -> web.Response:
-    if status == 500:
-        # chunks.error_body knows the statuses of generation; a failed sleep or wake is the engine's 500.
-        body = {"error": {"message": message, "type": "internal_server_error", "param": None, "code": 500}}
-    else:
-        body = chunks.error_body(status, message)
-    return web.json_response(body, status=status)
+    return web.json_response(chunks.error_body(status, message), status=status)
 
 
 def _log(line: str) -> None:
