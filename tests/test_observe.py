@@ -229,6 +229,8 @@ async def test_llamacpp_chat_stream_usage_and_timings(llamacpp):
     record = sample.observe()
     assert counts(record) == expected
     assert record.tokens_per_second == timings["predicted_per_second"]  # the server's own decode rate
+    assert record.prompt_per_second == timings["prompt_per_second"]  # and its prefill rate
+    assert record.resp_content_type.startswith("text/event-stream")
     assert_same_counts_on_every_split(sample, expected)
 
 
@@ -369,3 +371,17 @@ async def test_relay_records_an_unreachable_upstream():
     [record] = proxy.records
     assert record.status == 502 and record.error.startswith("cannot connect to http://127.0.0.1:")
     assert record.error.endswith("(Connection refused)")
+
+
+def test_speculative_decoding_counts_from_llamacpp_timings_and_vllm_metrics():
+    llamacpp = b'data: {"choices": [], "timings": {"predicted_n": 9, "draft_n": 12, "draft_n_accepted": 7}}\n\n'
+    counts = token_counts(llamacpp, llamacpp)
+    assert (counts.draft_tokens, counts.draft_accepted_tokens) == (12, 7)
+    vllm = (
+        b'{"usage": {"prompt_tokens": 3, "completion_tokens": 5}, "metrics": {"speculative_decoding": '
+        b'{"num_draft_tokens": 8, "num_accepted_draft_tokens": 6}}}'
+    )
+    counts = token_counts(vllm, vllm)
+    assert (counts.completion_tokens, counts.draft_tokens, counts.draft_accepted_tokens) == (5, 8, 6)
+    assert token_counts(b"{}", b"{}").draft_tokens is None
+

@@ -44,7 +44,8 @@ def test_a_new_store_is_current_and_in_wal_mode(tmp_path):
     assert columns == [
         "id", "time", "model", "requested_model", "peer", "path", "status", "prompt_tokens", "completion_tokens",
         "cached_tokens", "ttft_ms", "duration_ms", "tokens_per_second", "client_disconnected", "error",
-        "session_id", "capture_id", "metadata", "waited_for",
+        "session_id", "capture_id", "metadata", "waited_for", "resp_content_type", "prompt_per_second",
+        "draft_tokens", "draft_accepted_tokens",
     ]
 
 
@@ -118,7 +119,7 @@ def test_a_version_5_store_gains_waited_for_keeping_its_rows(tmp_path):
             "VALUES (1800000000.0, 'smollm2', '/v1/chat/completions', 200, 80.0, '{\"selector\": \"pool\"}')"
         )
     with closing(connect(path)) as connection:
-        assert schema_version(connection) == SCHEMA_VERSION == 6
+        assert schema_version(connection) == SCHEMA_VERSION
         insert_activity(connection, [record(6, waited_for="wake")])
     old, new = sorted(recent_activity(path), key=lambda row: row["id"])
     assert (old["metadata"], old["waited_for"]) == ({"selector": "pool"}, None)

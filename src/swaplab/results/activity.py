@@ -36,6 +36,10 @@ class ActivityRecord:
     capture_id: int | None = None  # the id its capture is kept under in the router's memory (`captureBuffer`)
     metadata: str | None = None  # llama-swap's annotations of the request, a JSON object: {"selector": ID}
     waited_for: str | None = None  # `start` or `wake` when the request waited for its model to get ready
+    resp_content_type: str | None = None  # the upstream's Content-Type
+    prompt_per_second: float | None = None  # prefill rate, the server's own (llama.cpp's timings)
+    draft_tokens: int | None = None  # speculative decoding: tokens drafted, as the server reports them
+    draft_accepted_tokens: int | None = None  # and accepted
 
 
 COLUMNS = tuple(field.name for field in dataclasses.fields(ActivityRecord))

@@ -122,6 +122,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 6: what a queued request waited for: `start` (a cold start) or `wake` (a sleeping
     # model woken); NULL when its model was ready. Older rows have none.
     ("ALTER TABLE activity ADD COLUMN waited_for TEXT",),
+    # 7: what llama-swap's activity view shows that rows did not keep: the response's
+    # Content-Type, the server's prefill rate, speculative decoding's drafted and accepted
+    # tokens. Older rows have none.
+    (
+        "ALTER TABLE activity ADD COLUMN resp_content_type TEXT",
+        "ALTER TABLE activity ADD COLUMN prompt_per_second REAL",
+        "ALTER TABLE activity ADD COLUMN draft_tokens INTEGER",
+        "ALTER TABLE activity ADD COLUMN draft_accepted_tokens INTEGER",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

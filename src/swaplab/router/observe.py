@@ -49,6 +49,9 @@ class TokenCounts:
     completion_tokens: int | None = None
     cached_tokens: int | None = None
     tokens_per_second: float | None = None  # the server's own decode rate
+    prompt_per_second: float | None = None  # the server's own prefill rate (llama.cpp's timings)
+    draft_tokens: int | None = None  # speculative decoding: tokens drafted
+    draft_accepted_tokens: int | None = None  # and accepted
 
 
 class RequestObservation:
@@ -63,6 +66,7 @@ class RequestObservation:
     __slots__ = (
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
         "request_headers", "session_headers", "capture_id", "pending", "response", "metadata", "waited_for",
+        "content_type",
         "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
     )
@@ -101,6 +105,7 @@ class RequestObservation:
         self._started = time.perf_counter()
         self.status = 0
         self.streamed = False
+        self.content_type = ""
         self._record: ActivityRecord | None = None
         self._ended_at: float | None = None
         self._completed = False
@@ -156,6 +161,7 @@ class RequestObservation:
     def on_headers(self, status: int, content_type: str) -> None:
         """The upstream's status line and content type arrived."""
         self.status = status
+        self.content_type = content_type
         self.streamed = content_type in STREAMING_TYPES
 
     def on_chunk(self, data: bytes) -> None:
@@ -273,6 +279,10 @@ class RequestObservation:
             cached_tokens=counts.cached_tokens,
             ttft_ms=ttft_ms,
             tokens_per_second=tokens_per_second,
+            prompt_per_second=counts.prompt_per_second,
+            draft_tokens=counts.draft_tokens,
+            draft_accepted_tokens=counts.draft_accepted_tokens,
+            resp_content_type=self.content_type or None,
             client_disconnected=disconnected,
             error=error,
             session_id=self.session_id(),
@@ -355,9 +365,20 @@ def token_counts(head: bytes, tail: bytes) -> TokenCounts:
     if cached is None:
         cached = _integer(timings.get("cache_n"))
 
-    rate = timings.get("predicted_per_second")
-    rate = float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
-    return TokenCounts(prompt, completion, cached, rate)
+    drafted = _integer(timings.get("draft_n"))
+    accepted = _integer(timings.get("draft_n_accepted"))
+    if drafted is None:  # vLLM's own accounting of speculative decoding
+        speculative = next(json_objects(tail, b'"speculative_decoding"', last_first=True), None) or {}
+        drafted = _integer(speculative.get("num_draft_tokens"))
+        accepted = _integer(speculative.get("num_accepted_draft_tokens"))
+    return TokenCounts(
+        prompt, completion, cached, _rate(timings.get("predicted_per_second")),
+        _rate(timings.get("prompt_per_second")), drafted, accepted,
+    )
+
+
+def _rate(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
 def json_objects(buffer: bytes, key: bytes, *, last_first: bool = False):
