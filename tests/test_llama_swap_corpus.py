@@ -84,13 +84,6 @@ RUNTIME_DIFFERENCES: dict[str, str] = {
     "profiles_test__profileTestConfig.yaml::TestServer_Profile_ModelListings": (
         "a /v1/models record's `name` falls back to its id; llama-swap omits an empty name"
     ),
-    "selector_test__selectorTestConfig.yaml::TestServer_Selector_ModelListings": (
-        "a /v1/models record's `status` is the model's state (a selector's: its target's), "
-        "not llama-swap's {\"value\": \"loaded\" | \"unloaded\"}"
-    ),
-    "selector_test__selectorTestConfig.yaml::TestServer_Selector_ModelListingPinUsesFirstTarget": (
-        "a /v1/models record's `status` is the model's state, not llama-swap's {\"value\": ...}"
-    ),
 }
 """Case id -> why swaplab's HTTP answers deliberately differ from what llama-swap's server test
 asserts (tests/test_llama_swap_runtime.py); the config itself loads as llama-swap loads it."""
@@ -816,7 +809,7 @@ def _in_show_form(model_id: str, llama: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-SWAPLAB_ONLY_MODEL_KEYS = ("heartbeat_interval", "devices", "vram_gib", "line")
+SWAPLAB_ONLY_MODEL_KEYS = ("heartbeat_interval", "devices", "vram_gib", "sleep", "line")
 """What `config show` prints of a model that llama-swap has not."""
 
 

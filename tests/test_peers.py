@@ -99,7 +99,7 @@ async def test_probe_marks_a_retired_model_unavailable_and_notices_recovery(two_
 
         async def became():
             seen[0] = await status_of(session, model)
-            return seen[0] if seen[0]["status"] == wanted else None
+            return seen[0] if seen[0]["status"]["state"] == wanted else None
 
         return await eventually(became, timeout, lambda: f"{model} to become {wanted}, last {seen[0]}", interval=0.05)
 
@@ -114,7 +114,7 @@ async def test_probe_marks_a_retired_model_unavailable_and_notices_recovery(two_
         assert {"peer": "b", "model": "cloud", "available": False} .items() <= next(
             p for p in running["peers"] if p["model"] == "cloud"
         ).items()
-        assert (await status_of(session, "b/x"))["status"] == "available"  # only the retired one
+        assert (await status_of(session, "b/x"))["status"] == {"value": "unloaded", "state": "available"}  # only the retired one
         flag.unlink()
         await until(session, "b/cloud", "available")
         status, _ = await chat(session, local.url, "b/cloud")

@@ -205,7 +205,7 @@ async def test_model_named_by_query_multipart_and_upstream_path(router_factory):
         async with session.get(f"{router.url}/upstream/b/sim/stats") as response:
             assert response.status == 200 and "requests" in await response.json()
         async with session.get(f"{router.url}/v1/models") as response:
-            listed = {entry["id"]: entry["status"] for entry in (await response.json())["data"]}
+            listed = {entry["id"]: entry["status"]["state"] for entry in (await response.json())["data"]}
         assert listed == {"a": "stopped", "b": "ready"}
 
 

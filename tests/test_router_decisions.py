@@ -93,10 +93,10 @@ def test_selectors_and_active_pins_are_listed_as_llama_swap_lists_them():
     states = {"b": State.READY}
     pins = {"gpt": "a", "a2": "b", "remote": "a", "off": "", "hidden": "a", "new": "fast"}
     records = {r["id"]: r for r in model_records(config, lambda m: states.get(m, State.STOPPED), 1, pins)}
-    assert records["fast"]["status"] == "ready" and records["fast"]["name"] == "Fast"
+    assert records["fast"]["status"] == {"value": "loaded", "state": "ready"} and records["fast"]["name"] == "Fast"
     assert records["fast"]["meta"]["llamaswap"] == {"type": "selector", "strategy": "warm", "targets": ["a", "b"]}
     assert records["spill"]["meta"]["llamaswap"]["spillover"] == 2
-    assert records["pinned"]["status"] == "stopped"  # pin looks at its first target only
+    assert records["pinned"]["status"] == {"value": "unloaded", "state": "stopped"}  # pin: its first target only
     # Pins whose name routes already (an alias, a peer's bare name, a selector), disabled pins: not listed.
     assert {r for r in records if records[r].get("meta", {}).get("llamaswap", {}).get("type") == "profile"} == {
         "gpt", "new",

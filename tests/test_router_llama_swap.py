@@ -223,7 +223,7 @@ selectors:
         assert listed["fleet"]["meta"]["llamaswap"] == {
             "type": "selector", "strategy": "spillover", "targets": ["a", "b", "c"], "spillover": 1,
         }
-        assert listed["fleet"]["status"] == "ready"
+        assert listed["fleet"]["status"] == {"value": "loaded", "state": "ready"}
 
 
 async def test_ignore_paths_answer_409_without_starting_the_model(router_factory):

@@ -69,7 +69,7 @@ async def test_a_b_a_b_swaps_by_sleeps_and_wakes_alone(router_factory):
         pid_b = now["b"]["pid"]
         async with session.get(f"{url}/v1/models") as response:
             listed = {entry["id"]: entry for entry in (await response.json())["data"]}
-        assert listed["a"]["status"] == "sleeping"
+        assert listed["a"]["status"] == {"value": "loaded", "state": "sleeping"}  # a process, asleep
 
         await ask(session, url, "a")
         now = await running(session, url)

@@ -153,8 +153,8 @@ class Backend:
         run = self.run = Run(self._runs, loop)
         # Nobody may be waiting on `ready` (a stop can come first): never "exception never retrieved".
         run.ready.add_done_callback(lambda future: future.cancelled() or future.exception())
-        self.state = State.STARTING
         loop.create_task(self._live(run), name=f"run {self.id} #{run.number}")
+        self._set(State.STARTING)
         return run
 
     def stop(self, reason: str = "stopped") -> asyncio.Future[None]:

@@ -130,6 +130,8 @@ class Fleet:
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
         self.swaps = 0
+        self.listeners: list[Callable[[], None]] = []
+        """Called after every change of any backend's state, as it happens (the live feed's `modelStatus`)."""
 
     async def open(self) -> None:
         """Reap what a previous router left behind; call once before serving."""
@@ -552,6 +554,8 @@ class Fleet:
 
     def _backend_changed(self, backend: Backend, run: Run) -> None:
         """Every state change of every backend comes through here, as it happens."""
+        for listener in self.listeners:
+            listener()
         if backend.state is State.READY:
             if backend.ready_by == "wake":
                 self.metrics.backend_woke(backend.id, backend.last_wake_seconds or 0.0)
@@ -640,7 +644,7 @@ class Fleet:
         """One entry per model that is not stopped, is waiting to start, or has a failure to report."""
         entries = []
         now = time.monotonic()
-        for backend in self._backends.values():
+        for backend in sorted(self._backends.values(), key=lambda b: b.id):  # llama-swap's order
             queued = sum(1 for w in self._waiting if w.model == backend.id)
             if backend.state is State.STOPPED and not backend.consecutive_failures and not queued \
                     and not backend.last_fallback:

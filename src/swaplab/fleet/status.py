@@ -5,6 +5,7 @@ Pure functions over what the fleet hands them; reading a backend changes nothing
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,11 +25,16 @@ def backend_entry(
     host_gib: float | None = None,
 ) -> dict[str, Any]:
     """A backend's state, load and last failure; `waiting` is why its queued requests wait, if known."""
-    entry: dict[str, Any] = {
+    model = backend.model
+    entry: dict[str, Any] = {  # llama-swap's fields first, then swaplab's
         "model": backend.id,
         "state": str(backend.state),
+        "cmd": shlex.join(model.cmd),
+        "proxy": model.proxy,
+        "ttl": model.ttl,
+        "name": model.name,
+        "description": model.description,
         "pid": backend.pid,
-        "proxy": backend.model.proxy,
         "in_flight": in_flight,
         "queued": queued,
         "devices": _claim_json(claim),

@@ -7,8 +7,8 @@ import json
 import operator
 import os
 import sqlite3
-from collections.abc import Iterable
-from contextlib import closing
+from collections.abc import Iterable, Iterator
+from contextlib import closing, contextmanager
 from typing import Any
 
 from swaplab.results.store import connect, transaction
@@ -63,10 +63,18 @@ def recent_activity(db: Database = None, model: str | None = None, limit: int = 
 
     `db` is a path, an open connection, or None for the default store.
     """
-    if isinstance(db, sqlite3.Connection):
-        return _recent(db, model, limit)
-    with closing(connect(db)) as connection:
+    with opened(db) as connection:
         return _recent(connection, model, limit)
+
+
+@contextmanager
+def opened(db: Database) -> Iterator[sqlite3.Connection]:
+    """The caller's connection as it is, or the store at a path opened (and migrated) for the block, then closed."""
+    if isinstance(db, sqlite3.Connection):
+        yield db
+        return
+    with closing(connect(db)) as connection:
+        yield connection
 
 
 def _recent(connection: sqlite3.Connection, model: str | None, limit: int) -> list[dict[str, Any]]:
@@ -87,3 +95,11 @@ def _recent(connection: sqlite3.Connection, model: str | None, limit: int) -> li
             entry["metadata"] = json.loads(entry["metadata"])
         rows.append(entry)
     return rows
+
+
+def capture_of_row(db: Database, row_id: int) -> int | None:
+    """The capture id an activity row keeps (llama-swap's page asks for a capture by the row's id)."""
+    with opened(db) as connection:
+        found = connection.execute("SELECT capture_id FROM activity WHERE id = ?", (row_id,)).fetchone()
+    return found[0] if found is not None else None
+

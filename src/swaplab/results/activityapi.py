@@ -30,17 +30,14 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from swaplab.errors import SwaplabError
-from swaplab.results.activity import Database
+from swaplab.results.activity import Database, opened
 from swaplab.results.stats import percentile
-from swaplab.results.store import connect
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 999
@@ -191,7 +188,7 @@ def activity_page(
     if checked.sort != "id":
         order_by += f", id {direction}"
     offset = (checked.page - 1) * checked.limit
-    with _opened(db) as connection:
+    with opened(db) as connection:
         total = connection.execute(f"SELECT COUNT(*) FROM activity{where}", parameters).fetchone()[0]
         rows: list[dict[str, Any]] = []
         if offset < total:  # also keeps an offset past SQLite's integers out of the query
@@ -215,7 +212,7 @@ def activity_stats(db: Database, model: str | None = None) -> dict[str, Any]:
     where, parameters = "", []
     if model is not None and model.strip():
         where, parameters = " WHERE model = ?", [model.strip()]
-    with _opened(db) as connection:
+    with opened(db) as connection:
         requests, input_tokens, output_tokens, cache_tokens = connection.execute(
             _TOTALS + where, parameters
         ).fetchone()
@@ -268,15 +265,6 @@ def rfc3339(seconds: int) -> str:
 
 
 # -- the parts ---------------------------------------------------------------------
-
-
-@contextmanager
-def _opened(db: Database) -> Iterator[sqlite3.Connection]:
-    if isinstance(db, sqlite3.Connection):
-        yield db
-        return
-    with closing(connect(db)) as connection:
-        yield connection
 
 
 def _where(query: ActivityQuery) -> tuple[str, list[Any]]:

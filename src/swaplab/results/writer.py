@@ -34,12 +34,15 @@ class ActivityWriter:
         batch_size: int = 500,
         flush_interval: float = 0.5,
         on_drop: Callable[[int], None] | None = None,
+        on_written: Callable[[range], None] | None = None,
     ):
         self.path = Path(db) if db is not None else default_path()
         self.max_pending = max_pending
         self.batch_size = batch_size
         self.flush_interval = flush_interval
         self.on_drop = on_drop
+        self.on_written = on_written
+        """Called from the writing thread with the row ids of each batch written (the live feed's `activity`)."""
         self.written = 0
         self.batches = 0  # transactions committed
         self.dropped_full = 0  # oldest records pushed out of a full queue
@@ -153,8 +156,16 @@ class ActivityWriter:
 
     def _write(self, connection: sqlite3.Connection, batch: list[tuple[int, ActivityRecord]]) -> None:
         try:
-            self.written += insert_activity(connection, (record for _, record in batch))
+            count = insert_activity(connection, (record for _, record in batch))
+            self.written += count
             self.batches += 1
+            if self.on_written is not None and count:
+                # One transaction's rows take consecutive ids: SQLite lets no other writer in meanwhile.
+                last = connection.execute("SELECT last_insert_rowid()").fetchone()[0]
+                try:
+                    self.on_written(range(last - count + 1, last + 1))
+                except Exception:  # a listener must never stop the writer
+                    log.exception("telling of %d recorded requests failed", count)
         except sqlite3.Error as error:
             log.warning("could not record %d requests in %s: %s", len(batch), self.path, error)
             self.dropped_failed += len(batch)

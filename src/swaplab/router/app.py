@@ -24,19 +24,22 @@ from swaplab.fleet import Fleet, LogHub
 from swaplab.fleet.lease import OverCapacity
 from swaplab.fleet.performance import PerformanceSampler
 from swaplab.metrics import Metrics
-from swaplab.results.activity import recent_activity
+from swaplab.results.activity import capture_of_row, recent_activity
 from swaplab.results.writer import ActivityWriter
+from swaplab.router.api import LlamaSwapApi
 from swaplab.router.auth import api_key_middleware
 from swaplab.router.captures import CaptureStore, secrets_of
+from swaplab.router.events import EventHub
 from swaplab.router.forward import Forwarder
+from swaplab.router.inflight import InFlight
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
+from swaplab.router.listing import model_records, peer_record, status_of
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch
 from swaplab.router.performance import BAD_AFTER, DISABLED, parse_after, report
-from swaplab.router.proxy import UpstreamPools
-from swaplab.router.listing import model_records, peer_record
 from swaplab.router.profiles import ProfileSwitch
 from swaplab.router.profiles import listing as profile_listing
+from swaplab.router.proxy import UpstreamPools
 from swaplab.router.responses import error_response, llama_swap_error, unknown_model
 from swaplab.router.targets import MODEL_GET_ROUTES, MODEL_ROUTES
 from swaplab.router.ui import add_ui_routes
@@ -60,8 +63,11 @@ class Router:
     ):
         self.logs = logs or LogHub()
         self.metrics = Metrics()
-        self.activity = ActivityWriter(db, on_drop=self.metrics.records_dropped)
+        self.events = EventHub()
+        self.activity = ActivityWriter(db, on_drop=self.metrics.records_dropped, on_written=self._written)
         self.fleet = Fleet(config, state_dir=state_dir, logs=self.logs, metrics=self.metrics)
+        self.api = LlamaSwapApi(self)
+        self.fleet.listeners.append(self.api.publish_model_status)
         self.pools = UpstreamPools()
         self.peers = PeerWatch(
             config,
@@ -72,9 +78,11 @@ class Router:
         self.performance = PerformanceSampler(config.performance_every, config.performance_disabled)
         self.metrics.watch_performance(self.performance.latest)
         self.captures = CaptureStore(config.capture_buffer_mb)
+        self.inflight = InFlight(self.events, self._secrets)
         self.forwarder = Forwarder(
-            self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles, self.captures
+            self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles, self.captures, self.inflight
         )
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
         self._background: set[asyncio.Task[Any]] = set()
         self._ended: list[RequestObservation] = []
@@ -110,12 +118,14 @@ class Router:
         app.router.add_get("/api/activity", self.handle_activity)
         app.router.add_get("/api/captures/{id}", self.handle_capture)
         app.router.add_get("/api/performance", self.handle_performance)
+        self.api.add_routes(app)
         add_ui_routes(app)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
+        self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.activity.start)
         await self.fleet.open()
         self.peers.start(self.config)
@@ -133,16 +143,29 @@ class Router:
             task.cancel()
         await self.fleet.close()
         await self.pools.close()
-        self._bookkeep()
+        self.bookkeep()
         await asyncio.to_thread(self.activity.close)
+
+    def _secrets(self) -> tuple[str, ...]:
+        """The values redacted wherever they appear in a header shown or captured: the config's keys."""
+        config = self.config
+        return secrets_of(config.api_keys, (peer.api_key for peer in config.peers.values()))
+
+    def _written(self, ids: range) -> None:
+        """The activity writer stored rows `ids` (called from its thread): the live feed's `activity`."""
+        loop = self._loop
+        if loop is not None and self.events.listening:
+            for row_id in ids:
+                loop.call_soon_threadsafe(self.events.publish, "activity", {"id": row_id})
 
     def _record(self, observation: RequestObservation) -> None:
         """Where every proxied request ends up: noted now, recorded in the next batch."""
+        self.inflight.remove(observation)
         self._ended.append(observation)
         if self._bookkeeping is None:
-            self._bookkeeping = asyncio.get_running_loop().call_later(BOOKKEEPING_SECONDS, self._bookkeep)
+            self._bookkeeping = asyncio.get_running_loop().call_later(BOOKKEEPING_SECONDS, self.bookkeep)
 
-    def _bookkeep(self) -> None:
+    def bookkeep(self) -> None:
         """Turn the ended requests into records: the activity table (written by its thread), /metrics, captures.
 
         Reading a response's usage and updating the metrics cost more than relaying it
@@ -159,8 +182,7 @@ class Router:
                 record = observation.record()
                 if observation.pending is not None:
                     if secrets is None:
-                        config = self.config
-                        secrets = secrets_of(config.api_keys, (peer.api_key for peer in config.peers.values()))
+                        secrets = self._secrets()
                     capture = observation.capture(secrets)
                     if capture is not None:
                         self.captures.add(capture)
@@ -198,6 +220,8 @@ class Router:
         await self.fleet.reconfigure(new, changed)
         self.profiles.reset()  # as llama-swap: every config starts with no profile active
         self.captures.resize(new.capture_buffer_mb)
+        self.api.publish_model_status()
+        self.events.publish("profileChanged", {"active": None})
         log.info("config reloaded: %d changed or removed (%s), %d added (%s)",
                  len(changed), ", ".join(changed) or "-", len(added), ", ".join(added) or "-")
         return {"changed": changed, "added": added}
@@ -214,7 +238,7 @@ class Router:
                 health = self.peers.health(peer.id, name)
                 entry = peer_record(peer.id, name, created)
                 entry["peer"] = peer.id
-                entry["status"] = "available" if health.available else "unavailable"
+                entry["status"] = status_of("available" if health.available else "unavailable", loaded=False)
                 if not health.available:
                     entry["unavailable_reason"] = health.reason
                 data.append(entry)
@@ -230,9 +254,13 @@ class Router:
 
     async def handle_activate_profile(self, request: web.Request) -> web.Response:
         """`PUT /api/profiles/active` with `{"name": NAME | null}`: `{"active": NAME | null}`, or llama-swap's error."""
+        before = self.profiles.active
         status, answer = self.profiles.activate(self.config, await request.read())
         if isinstance(answer, str):
             return llama_swap_error(request.headers.get("Accept", ""), status, answer)
+        if self.profiles.active != before:  # as llama-swap: only a change is told, then the names it moves
+            self.events.publish("profileChanged", {"active": self.profiles.active})
+            self.api.publish_model_status()
         return web.json_response(answer)
 
     async def handle_api_models(self, request: web.Request) -> web.Response:
@@ -307,12 +335,12 @@ class Router:
         return web.json_response({"unloaded": stopped})
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
-        self._bookkeep()
+        self.bookkeep()
         body, content_type = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def handle_activity(self, request: web.Request) -> web.Response:
-        self._bookkeep()
+        self.bookkeep()
         rows = await asyncio.to_thread(
             recent_activity, self.activity.path, request.query.get("model"), int(request.query.get("limit", "50"))
         )
@@ -322,16 +350,23 @@ class Router:
 
     async def handle_capture(self, request: web.Request) -> web.Response:
         """`GET /api/captures/{id}`: the request's capture in llama-swap's JSON; its 404 once dropped (or never kept)."""
-        self._bookkeep()
+        self.bookkeep()
         accept = request.headers.get("Accept", "")
         try:
             capture_id = int(request.match_info["id"])
         except ValueError:
             return llama_swap_error(accept, 400, "invalid capture ID")
         capture = self.captures.get(capture_id)
+        by_row = None
+        if capture is None:  # llama-swap's page asks by the activity row's id
+            by_row = await asyncio.to_thread(capture_of_row, self.activity.path, capture_id)
+            capture = self.captures.get(by_row) if by_row is not None else None
         if capture is None:
             return llama_swap_error(accept, 404, "capture not found")
-        return web.json_response(capture.to_json())
+        document = capture.to_json()
+        if by_row is not None:
+            document = {**document, "id": capture_id, "capture_id": by_row}
+        return web.json_response(document)
 
     async def handle_performance(self, request: web.Request) -> web.Response:
         """`GET /api/performance[?after=RFC3339]`: the sampler's ring in llama-swap's JSON; 503 while disabled."""

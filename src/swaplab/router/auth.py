@@ -9,8 +9,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-# /health for load balancers; the web page's static files hold no data (it sends a key for the rest).
-OPEN_PATHS = frozenset({"/health", "/ui", "/ui/"})
+# /health for load balancers (and llama-swap's /wol-health); the redirects to the page and the
+# page's static files hold no data (it sends a key for the rest). A CORS preflight (OPTIONS)
+# carries no credentials by design, and is answered without any.
+OPEN_PATHS = frozenset({"/health", "/wol-health", "/", "/upstream", "/ui", "/ui/"})
 OPEN_PREFIXES = ("/ui/static/",)
 CREDENTIAL_HEADERS = ("Authorization", "x-api-key")
 
@@ -45,7 +47,7 @@ def api_key_middleware(current_keys: Callable[[], tuple[str, ...]]):
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         keys = current_keys()
-        if not keys or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
+        if not keys or request.method == "OPTIONS" or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
             return await handler(request)
         if not key_matches(presented_key(request), keys):
             body = {"error": {"message": "invalid or missing API key", "type": "authentication_error", "code": 401}}

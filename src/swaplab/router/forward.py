@@ -20,7 +20,6 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -34,17 +33,36 @@ from swaplab.metrics import Metrics
 from swaplab.router import filters
 from swaplab.router.auth import CREDENTIAL_HEADERS
 from swaplab.router.captures import CaptureStore
-from swaplab.router.keepalive import KeepAlive, KeepAliveClock, error_event, stream_dialect
+from swaplab.router.inflight import InFlight
+from swaplab.router.keepalive import (
+    KeepAlive,
+    KeepAliveClock,
+    error_event,
+    stream_dialect,
+)
 from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
 from swaplab.router.loading import loading_event, progress_text, wants_loading_state
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch, peer_credentials
-from swaplab.router.proxy import UpstreamError, UpstreamPools, forward_headers, open_upstream, relay
 from swaplab.router.profiles import ProfileSwitch, upstream_pin
+from swaplab.router.proxy import (
+    UpstreamError,
+    UpstreamPools,
+    forward_headers,
+    open_upstream,
+    relay,
+)
+from swaplab.router.recovery import Failure, explain_break, recover
 from swaplab.router.responses import error_response, llama_swap_error, unknown_model
 from swaplab.router.selectors import Choice, NoTarget, Selectors
 from swaplab.router.targets import (
-    LocalTarget, PeerTarget, model_from_body, replace_form_field, resolve, split_upstream_path,
+    LocalTarget,
+    PeerTarget,
+    model_from_body,
+    replace_form_field,
+    resolve,
+    split_upstream_path,
+    upstream_path,
 )
 from swaplab.router.websocket import is_upgrade, relay_websocket
 
@@ -54,10 +72,6 @@ log = logging.getLogger("swaplab.router")
 # (llama-swap's `metadata.selector`).
 SELECTOR = web.RequestKey("selector", str)
 
-# A backend refused or reset a connection: this long for its process to be seen exiting
-# before the router concludes it still runs (a server's exit and its socket's closing are
-# moments apart; a wrapper's child may go first).
-EXIT_GRACE_SECONDS = 2.0
 
 
 class Forwarder:
@@ -72,6 +86,7 @@ class Forwarder:
         record: Callable[[RequestObservation], None],
         profiles: ProfileSwitch | None = None,
         captures: CaptureStore | None = None,
+        inflight: InFlight | None = None,
     ):
         self.fleet = fleet
         self.profiles = profiles or ProfileSwitch()
@@ -81,6 +96,7 @@ class Forwarder:
         self.metrics = metrics
         self._record = record
         """Where every observed request ends up (`RequestObservation.on_end`)."""
+        self._inflight = inflight
         self._captures = captures  # the router's: where requests are captured (None or no budget: none is)
         self._upstream_session = pools.session
         self._keepalive_clock = KeepAliveClock()
@@ -99,7 +115,8 @@ class Forwarder:
             return error_response(400, "the request names no model (JSON `model`, form field `model` or ?model=)")
         if self.profiles.active is not None or self.config.selectors:
             return await self._forward_routed(request, name, in_query, body, document)
-        return await self._forward(request, name, request.path_qs, body, document)
+        path = upstream_path(request.path, request.rel_url.raw_query_string)
+        return await self._forward(request, name, path, body, document)
 
     async def _forward_routed(
         self, request: web.Request, name: str, in_query: bool, body: bytes, document: dict | None
@@ -129,10 +146,10 @@ class Forwarder:
             log.debug("selector: id=%s target=%s", name, choice.target)
             request[SELECTOR] = selector.id
             name = choice.target
-        path = request.path_qs
+        path = upstream_path(request.path, request.rel_url.raw_query_string)
         if name != requested:
             if in_query:
-                path = str(request.rel_url.update_query(model=name))
+                path = upstream_path(request.path, request.rel_url.update_query(model=name).raw_query_string)
             elif document is not None:
                 document = {**document, "model": name}
                 body = filters.encode(document)
@@ -198,9 +215,13 @@ class Forwarder:
     def _observe(self, request: web.Request, model: str, path: str, name: str, peer: str | None = None,
                  capture: bool = True) -> RequestObservation:
         selector = request.get(SELECTOR)
-        return RequestObservation.of(request, model, path, name, peer, self._record, self.config.session_id_headers,
-                                     self._captures if capture else None,
-                                     {"selector": selector} if selector is not None else None)
+        observation = RequestObservation.of(
+            request, model, path, name, peer, self._record, self.config.session_id_headers,
+            self._captures if capture else None, {"selector": selector} if selector is not None else None,
+        )
+        if self._inflight is not None:
+            self._inflight.add(observation, request)  # removed where it is recorded, when it ends
+        return observation
 
     async def _forward_to_model(
         self, request: web.Request, model_id: str, name: str, path: str, body: bytes, document: dict | None
@@ -254,8 +275,8 @@ class Forwarder:
                 except UpstreamError as error:
                     if not error.unreachable:
                         return await _failed(observation, error.status, str(error), "upstream_error", None, keepalive)
-                    recovered = await self._recover(lease, error, first=attempt == 1)
-                    if isinstance(recovered, _Failure):
+                    recovered = await recover(self.fleet, self.metrics, lease, error, first=attempt == 1)
+                    if isinstance(recovered, Failure):
                         return await _failed(
                             observation, recovered.status, recovered.message, "upstream_error", recovered.retry_after,
                             keepalive,
@@ -263,7 +284,7 @@ class Forwarder:
                     lease = recovered
                     continue
                 response, lease.completed = await relay(
-                    request, upstream, observation, keepalive, explain_break=lambda: self._explain_break(lease)
+                    request, upstream, observation, keepalive, explain_break=lambda: explain_break(lease)
                 )
                 return response
             raise AssertionError("unreachable")
@@ -290,48 +311,6 @@ class Forwarder:
             return await self.fleet.acquire(model_id)
         finally:
             keepalive.show_heartbeats()
-
-    async def _recover(self, lease: Lease, error: UpstreamError, *, first: bool) -> Lease | _Failure:
-        """Our own backend refused or reset the connection before answering: why, and what now.
-
-        A server that crashed is restarted (within its crash-loop back-off) and the request
-        goes once more to the new one; anything else is answered in the router's own words.
-        """
-        run, model_id = lease.run, lease.backend.id
-        try:
-            await asyncio.wait_for(asyncio.shield(run.exited.wait()), EXIT_GRACE_SECONDS)
-        except asyncio.TimeoutError:
-            return _Failure(502, f"model {model_id!r} (pid {run.pid}) is running but {error}")
-        if not run.crashed:
-            return _Failure(503, f"model {model_id!r} was stopped ({run.stop_reason}) while this request was on its way")
-        if not first:
-            return _Failure(
-                502, f"model {model_id!r} crashed (exit {run.exit_code}) again, right after its restart, "
-                "before answering this request",
-            )
-        log.warning("%s crashed (exit %s) under a request: restarting it and sending the request again",
-                    model_id, run.exit_code)
-        self.metrics.request_retried(model_id)
-        try:
-            return await self.fleet.reacquire(lease)
-        except BackendUnavailable as failure:
-            return _Failure(
-                503, f"model {model_id!r} crashed (exit {run.exit_code}) and did not come back: {failure}",
-                failure.retry_after,
-            )
-        except SwaplabError as failure:
-            return _Failure(503, f"model {model_id!r} crashed (exit {run.exit_code}) and did not come back: {failure}")
-
-    async def _explain_break(self, lease: Lease) -> str:
-        """Why a backend broke off mid-response, as the client should read it."""
-        run, model_id = lease.run, lease.backend.id
-        try:
-            await asyncio.wait_for(asyncio.shield(run.exited.wait()), EXIT_GRACE_SECONDS)
-        except asyncio.TimeoutError:
-            return f"model {model_id!r} closed the connection mid-stream (its process is still running)"
-        if run.crashed:
-            return f"model {model_id!r} exited mid-stream (code {run.exit_code})"
-        return f"model {model_id!r} was stopped mid-stream ({run.stop_reason})"
 
     async def _forward_to_peer(
         self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
@@ -437,15 +416,6 @@ class Forwarder:
             for name in CREDENTIAL_HEADERS:  # the router's key is the router's, not the upstream's
                 headers.pop(name, None)
         return headers
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """An error the router answers itself, with its HTTP status."""
-
-    status: int
-    message: str
-    retry_after: float | None = None
 
 
 async def _failed(

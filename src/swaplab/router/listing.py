@@ -1,8 +1,11 @@
 """`GET /v1/models`: the records of local models, their aliases, peers' models, selectors and pins.
 
-Each record keeps swaplab's own fields (`status` is the model's state, `name` falls back
-to the id) and adds llama-swap's: `capabilities` rendered as llama-swap renders them
-(`render_capabilities`), and `meta` as `{"llamaswap": {...metadata, "type": ...}, "n_ctx": N}`.
+Each record is llama-swap's: `status` is `{"value": "loaded" | "unloaded"}` (loaded: any
+state but stopped; a selector: a target ready, starting or waking), to which swaplab adds
+`"state"`, the model's own state (`sleeping`, `waking`, ...; a peer's model: `available`
+or `unavailable`); `capabilities` are rendered as llama-swap renders them
+(`render_capabilities`), `meta` is `{"llamaswap": {...metadata, "type": ...}, "n_ctx": N}`.
+swaplab's `name` falls back to the id where llama-swap omits an empty one.
 Pure functions over the config and what the caller reads of the fleet and the peers.
 """
 
@@ -62,11 +65,18 @@ def render_capabilities(capabilities: Capabilities) -> dict[str, Any]:
     return fields
 
 
+def status_of(state: str, loaded: bool | None = None) -> dict[str, str]:
+    """llama-swap's `{"value": "loaded" | "unloaded"}`, and swaplab's `state` beside it."""
+    if loaded is None:
+        loaded = state not in (str(State.STOPPED), "")
+    return {"value": "loaded" if loaded else "unloaded", "state": state}
+
+
 def record(
     record_id: str,
     *,
     created: int,
-    status: str,
+    status: dict[str, str],
     name: str = "",
     description: str = "",
     metadata: dict[str, Any] | None = None,
@@ -116,7 +126,7 @@ def model_records(
     for model in config.models.values():
         if model.unlisted:
             continue
-        status = str(state_of(model.id))
+        status = status_of(str(state_of(model.id)))
         internal: dict[str, Any] = {"type": "model"}
         if model.aliases:
             internal["aliases"] = list(model.aliases)
@@ -144,29 +154,32 @@ def model_records(
         taken = _names(config)
         for pin, target in active_pins.items():
             if target and pin not in taken:
-                data.append(record(pin, created=created, status=str(State.STOPPED), internal={"type": "profile"}))
+                data.append(record(pin, created=created, status=status_of(str(State.STOPPED)), internal={"type": "profile"}))
     return data
 
 
 def peer_record(peer_id: str, model: str, created: int) -> dict[str, Any]:
     """A peer's model as llama-swap lists it; the caller adds its availability."""
     return record(
-        f"{peer_id}/{model}", created=created, status="", name=f"{peer_id}: {model}", owned_by=peer_id,
+        f"{peer_id}/{model}", created=created, status=status_of(""), name=f"{peer_id}: {model}", owned_by=peer_id,
         internal={"type": "peer", "peerID": peer_id},
     )
 
 
-def _selector_status(config: Config, targets: tuple[str, ...], strategy: str, state_of: Callable[[str], State]) -> str:
-    """The state of the first local target that is ready or starting (`pin`: only the first target), else stopped."""
+def _selector_status(
+    config: Config, targets: tuple[str, ...], strategy: str, state_of: Callable[[str], State]
+) -> dict[str, str]:
+    """Loaded, with its state, when a local target is ready, starting or waking (`pin`: only the first
+    target), as llama-swap reads a selector; else unloaded and stopped."""
     for target in targets:
         resolved = resolve(config, target)
         if isinstance(resolved, LocalTarget):
             state = state_of(resolved.model_id)
             if state in (State.READY, State.STARTING, State.WAKING):
-                return str(state)
+                return status_of(str(state), loaded=True)
         if strategy == "pin":
             break
-    return str(State.STOPPED)
+    return status_of(str(State.STOPPED), loaded=False)
 
 
 def _names(config: Config) -> set[str]:

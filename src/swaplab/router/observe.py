@@ -66,7 +66,7 @@ class RequestObservation:
     __slots__ = (
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
         "request_headers", "session_headers", "capture_id", "pending", "response", "metadata", "waited_for",
-        "content_type",
+        "content_type", "sent_bytes", "upstream", "cancelled",
         "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
     )
@@ -106,6 +106,12 @@ class RequestObservation:
         self.status = 0
         self.streamed = False
         self.content_type = ""
+        self.sent_bytes = 0
+        """Bytes of the response body relayed so far (the in-flight view reads it)."""
+        self.upstream: Any = None
+        """The upstream response being relayed (an aiohttp ClientResponse), for a cancel to close."""
+        self.cancelled = ""
+        """Why the request was cancelled from outside (`POST /api/inflight/{id}/cancel`), "" unless it was."""
         self._record: ActivityRecord | None = None
         self._ended_at: float | None = None
         self._completed = False
@@ -171,7 +177,9 @@ class RequestObservation:
             self._first_at = now
         self._last_at = now
         self._tail.append(data)
-        self._tail_bytes += len(data)
+        size = len(data)
+        self._tail_bytes += size
+        self.sent_bytes += size
         if self._tail_bytes > 2 * TAIL_BYTES:
             self._trim()
 

@@ -245,6 +245,9 @@ async def relay(
             if keepalive is not None:
                 keepalive.hold()
             await response.prepare(request)
+            if observation is not None:
+                observation.response = response  # the in-flight view shows its headers
+                observation.upstream = upstream  # what a cancel closes
             if keepalive is not None:
                 if upstream.status == 200 and is_event_stream:
                     keepalive.adopt(response)
@@ -263,10 +266,16 @@ async def relay(
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
             # The backend broke off mid-response. A stream gets a final error event rather
             # than a silent hang or a truncated body that looks complete.
-            log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
+            if observation is None or not observation.cancelled:
+                log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
             if keepalive is not None:
                 await keepalive.stop()
-            failure = await explain_break() if explain_break is not None else "the upstream broke off mid-response"
+            if observation is not None and observation.cancelled:
+                failure = observation.cancelled
+            elif explain_break is not None:
+                failure = await explain_break()
+            else:
+                failure = "the upstream broke off mid-response"
             if not is_event_stream:
                 if request.transport is not None:
                     request.transport.close()  # a truncated body must not look complete

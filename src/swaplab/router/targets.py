@@ -28,10 +28,38 @@ MODEL_ROUTES = (
     "/v1/reranking",
     "/infill",
     "/completion",
+    "/reranking",
+    "/v1/audio/voices",
+    "/v1/images/generations",
+    "/v1/images/edits",
+    "/sdapi/v1/txt2img",
+    "/sdapi/v1/img2img",
+    "/audioapi/v1/tasks/run",
+    "/v/chat/completions",
+    "/v/responses",
+    "/v/completions",
+    "/v/messages",
+    "/v/messages/count_tokens",
+    "/v/embeddings",
+    "/v/rerank",
+    "/v/reranking",
 )
+# Routes whose requests reach the model's server under another path, as llama-swap sends
+# them: the versionless `/v/...` without its prefix, ACE-Step's task API under `/v1`.
+UPSTREAM_PATHS = {
+    "/audioapi/v1/tasks/run": "/v1/tasks/run",
+    **{route: route.removeprefix("/v") for route in MODEL_ROUTES if route.startswith("/v/")},
+}
 # The GET routes that name a model with ?model= (llama-swap's modelGetRoutes); a websocket
 # upgrade on one is relayed to the model as under /upstream/.
 MODEL_GET_ROUTES = ("/props", "/v1/audio/voices", "/sdapi/v1/loras")
+
+
+def upstream_path(path: str, query_string: str) -> str:
+    """Where a model route's request goes on the model's server: its path (rewritten where
+    llama-swap rewrites it) and its query."""
+    path = UPSTREAM_PATHS.get(path, path)
+    return f"{path}?{query_string}" if query_string else path
 
 
 @dataclass(frozen=True)

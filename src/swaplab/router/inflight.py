@@ -1,0 +1,164 @@
+"""Requests on their way, as llama-swap's web page lists them, and `POST /api/inflight/{id}/cancel`.
+
+Every forwarded request is registered when its observation is made and removed when it
+ends; the registry holds the request's own handler task, so a cancel is the same thing
+as the client going away (aiohttp's handler cancellation closes the upstream at once).
+The `inflight` messages of `/api/events` are llama-swap's: a `snapshot` on connect, an
+`upsert` when a request starts and, while anyone listens, at most every 250 ms while its
+response grows, and a `remove` when it ends. Nothing is published without a listener;
+the registry itself costs a dict insert and delete per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from swaplab.router.captures import header_map
+from swaplab.router.events import EventHub
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from swaplab.router.observe import RequestObservation
+
+UPDATE_SECONDS = 0.25
+
+
+@dataclass(eq=False)
+class Flight:
+    id: str
+    observation: RequestObservation
+    method: str
+    path: str
+    headers: dict[str, str]
+    remote_ip: str
+    task: asyncio.Task[Any] | None
+    started: float = field(default_factory=time.time)
+    began: float = field(default_factory=time.monotonic)
+    published: tuple[int, bool] = (-1, False)
+    """(bytes, headers sent) when it was last published, so an unchanged request is not sent again."""
+
+
+class InFlight:
+    """The requests between their arrival and their end, by id (a decimal string, as llama-swap's)."""
+
+    def __init__(self, events: EventHub, secrets: Callable[[], tuple[str, ...]]):
+        self._events = events
+        self._secrets = secrets
+        self._flights: dict[str, Flight] = {}
+        self._by_observation: dict[int, Flight] = {}
+        self._ids = itertools.count(1)
+        self._ticker: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    def add(self, observation: RequestObservation, request: web.Request) -> None:
+        """A request arrived (on its own handler task)."""
+        flight = Flight(
+            str(next(self._ids)), observation, request.method, request.path,
+            header_map(request.headers.items(), self._secrets()), _remote_ip(request), asyncio.current_task(),
+        )
+        self._flights[flight.id] = flight
+        self._by_observation[id(observation)] = flight
+        if self._events.listening:
+            self._publish_upsert(flight)
+            self._tick_soon()
+
+    def remove(self, observation: RequestObservation) -> None:
+        """The request ended (however it ended)."""
+        flight = self._by_observation.pop(id(observation), None)
+        if flight is None:
+            return
+        del self._flights[flight.id]
+        self._events.publish("inflight", {"operation": "remove", "id": flight.id})
+
+    def cancel(self, flight_id: str) -> bool:
+        """End the request now; False when no such request is on its way.
+
+        A response being relayed: its upstream is closed (the model sees its client go away,
+        as on a disconnect) and the client's stream ends with an error event saying it was
+        cancelled. A request still waiting for its model: its handler is cancelled, as when
+        its client leaves while queued.
+        """
+        flight = self._flights.get(flight_id)
+        if flight is None or flight.task is None or flight.task.done():
+            return False
+        observation = flight.observation
+        if observation.upstream is not None and not observation.upstream.closed:
+            observation.cancelled = f"request cancelled (POST /api/inflight/{flight_id}/cancel)"
+            observation.upstream.close()
+        else:
+            flight.task.cancel()
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """`{"operation": "snapshot", "requests": [...]}`, oldest first (llama-swap omits an empty list)."""
+        flights = sorted(self._flights.values(), key=lambda f: (f.started, int(f.id)))
+        message: dict[str, Any] = {"operation": "snapshot"}
+        if flights:
+            message["requests"] = [self.entry(flight) for flight in flights]
+        return message
+
+    def entry(self, flight: Flight) -> dict[str, Any]:
+        """llama-swap's in-flight entry, then swaplab's `requested_model` and `peer`."""
+        observation = flight.observation
+        response = observation.response
+        sent = response is not None and response.prepared
+        entry: dict[str, Any] = {
+            "id": flight.id,
+            "timestamp": datetime.fromtimestamp(flight.started).astimezone().isoformat(timespec="microseconds"),
+            "model": observation.model,
+            "req_path": flight.path,
+            "method": flight.method,
+            "req_headers": flight.headers,
+            "remote_ip": flight.remote_ip,
+            "resp_headers": header_map(response.headers.items(), self._secrets()) if sent else {},
+            "resp_bytes": observation.sent_bytes,
+            "elapsed_ms": int((time.monotonic() - flight.began) * 1000),
+            "requested_model": observation.requested_model,
+            "peer": observation.peer,
+        }
+        if observation.metadata:
+            entry["metadata"] = observation.metadata
+        return entry
+
+    def _publish_upsert(self, flight: Flight) -> None:
+        response = flight.observation.response
+        flight.published = (flight.observation.sent_bytes, response is not None and response.prepared)
+        self._events.publish("inflight", {"operation": "upsert", "request": self.entry(flight)})
+
+    def _tick_soon(self) -> None:
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().call_later(UPDATE_SECONDS, self._tick)
+
+    def _tick(self) -> None:
+        """While anyone listens: an upsert for each request whose response started or grew since it was last sent."""
+        self._ticker = None
+        if not self._events.listening or not self._flights:
+            return
+        for flight in self._flights.values():
+            response = flight.observation.response
+            if flight.published != (flight.observation.sent_bytes, response is not None and response.prepared):
+                self._publish_upsert(flight)
+        self._tick_soon()
+
+    def watch(self) -> None:
+        """A listener connected: keep its view of growing responses current."""
+        if self._flights:
+            self._tick_soon()
+
+
+def _remote_ip(request: web.Request) -> str:
+    """llama-swap's: the first `X-Forwarded-For`, else `X-Real-IP`, else the peer's address."""
+    forwarded = request.headers.get("X-Forwarded-For", "").split(",")[0].strip()
+    if forwarded:
+        return forwarded
+    real = request.headers.get("X-Real-IP", "").strip()
+    return real or (request.remote or "")
