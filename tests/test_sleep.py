@@ -282,3 +282,24 @@ async def test_a_reload_that_changes_a_sleeping_model_stops_it_and_the_next_requ
         assert (await running(session, url))["b"]["state"] == "ready"  # unchanged: untouched
         await ask(session, url, "a")
         assert (await running(session, url))["a"]["pid"] != old["pid"]
+
+
+async def test_the_sleep_button_puts_an_idle_model_to_sleep_and_says_why_not_otherwise(router_factory):
+    router = router_factory(config(sleepy("a", "vllm"), f"""
+  plain:
+    cmd: {SIM} --port ${{PORT}} --model plain
+"""))
+    url = router.url
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{url}/api/models/sleep/a") as response:
+            assert response.status == 409 and "not ready" in (await response.json())["error"]["message"]
+        await ask(session, url, "a")
+        async with session.post(f"{url}/api/models/sleep/a") as response:
+            assert (response.status, await response.json()) == (200, {"msg": "ok"})
+        await wait_for_state(session, url, "a", "sleeping")
+        await ask(session, url, "a")  # woken by the next request
+        await ask(session, url, "plain")
+        async with session.post(f"{url}/api/models/sleep/plain") as response:
+            assert response.status == 409 and "no sleep:" in (await response.json())["error"]["message"]
+        async with session.post(f"{url}/api/models/sleep/nope") as response:
+            assert response.status == 404

@@ -608,6 +608,23 @@ class Fleet:
         await asyncio.gather(*(b.stop(STOP_UNLOAD) for b in targets))
         return [b.id for b in targets]
 
+    def put_to_sleep(self, model_id: str) -> str | None:
+        """Put an idle ready model with `sleep:` to sleep now (the web page's Sleep button); why not, or None."""
+        backend = self._backends.get(model_id)
+        if backend is None or backend.state is not State.READY:
+            return f"model {model_id!r} is not ready (it is {self.state_of(model_id)})"
+        if backend.model.sleep is None:
+            return f"model {model_id!r} has no sleep: in its config"
+        if not backend.may_sleep:
+            return f"model {model_id!r} failed to sleep or wake {backend.sleep_faults} times in a row"
+        if self._in_flight[model_id] or any(w.model == model_id for w in self._waiting):
+            return f"model {model_id!r} is busy: a model with requests is never put to sleep"
+        if not self._host_room_for(backend):
+            return f"model {model_id!r} does not fit the host memory budget asleep"
+        log.info("putting %s to sleep (asked for)", model_id)
+        backend.sleep()
+        return None
+
     async def reconfigure(self, config: Config, changed: Iterable[str]) -> None:
         """Put `config` in force; models in `changed` (edited or removed) stop as `unload` stops them.
 

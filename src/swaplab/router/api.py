@@ -122,6 +122,7 @@ class LlamaSwapApi:
         app.router.add_get("/api/hardware", self.handle_hardware)
         app.router.add_post("/api/models/unload", self.handle_unload_all)
         app.router.add_post("/api/models/unload/{model:.+}", self.handle_unload_one)
+        app.router.add_post("/api/models/sleep/{model:.+}", self.handle_sleep_one)
         app.router.add_get("/logs/stream/{source:.*}", self.handle_log_stream)
         app.router.add_route("OPTIONS", "/{tail:.*}", self.handle_preflight)
 
@@ -246,6 +247,18 @@ class LlamaSwapApi:
             return llama_swap_error(request.headers.get("Accept", ""), 404, "model not found")
         await self.router.fleet.unload(model_id)
         return web.Response(text="OK")
+
+    async def handle_sleep_one(self, request: web.Request) -> web.Response:
+        """swaplab: `POST /api/models/sleep/{model}`: put an idle model with `sleep:` to sleep now;
+        `{"msg": "ok"}`, or 409 saying why not (404 for no such model)."""
+        accept = request.headers.get("Accept", "")
+        model_id = self.router.config.resolve_alias(request.match_info["model"])
+        if model_id is None:
+            return llama_swap_error(accept, 404, "model not found")
+        refused = self.router.fleet.put_to_sleep(model_id)
+        if refused is not None:
+            return llama_swap_error(accept, 409, refused)
+        return web.json_response({"msg": "ok"})
 
     async def handle_root(self, request: web.Request) -> web.Response:
         """`/` (and llama-swap's `GET /upstream`): the web page."""

@@ -33,7 +33,7 @@ from swaplab.router.events import EventHub
 from swaplab.router.forward import Forwarder
 from swaplab.router.inflight import InFlight
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
-from swaplab.router.listing import model_records, peer_record, status_of
+from swaplab.router.listing import model_records, peer_record, render_capabilities, status_of
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch
 from swaplab.router.performance import BAD_AFTER, DISABLED, parse_after, report
@@ -277,6 +277,9 @@ class Router:
                 "available": True,
                 "unlisted": model.unlisted,
                 "config_hash": entry_hash(model),
+                "entry": model.raw_text,
+                "sleep": model.sleep is not None,
+                "capabilities": render_capabilities(model.capabilities),
             }
             for model in self.config.models.values()
         ]
