@@ -63,6 +63,15 @@ models:
         assert headers.getall("WWW-Authenticate") == ['Basic realm="swaplab"', 'Bearer realm="swaplab"']
         async with session.get(f"{router.url}/ui") as response:
             assert response.status == 200  # the page itself is open; it sends the key for data
+        # The streams a browser opens without headers (EventSource) take the key as ?api_key=, and only they.
+        async with session.get(f"{router.url}/api/events?api_key=sk-one") as response:
+            assert response.status == 200
+        async with session.get(f"{router.url}/api/events?api_key=sk-wrong") as response:
+            assert response.status == 401
+        async with session.get(f"{router.url}/running?api_key=sk-one") as response:
+            assert response.status == 401
+        async with session.options(url) as response:
+            assert response.status == 204  # a CORS preflight carries no credentials
         for credentials in ({"Authorization": "Bearer sk-one"}, {"x-api-key": "sk-two"}, {"Authorization": basic}):
             status, echoed, _ = await post(session, url, body, credentials)
             assert status == 200, credentials

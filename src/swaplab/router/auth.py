@@ -15,6 +15,9 @@ from aiohttp import web
 OPEN_PATHS = frozenset({"/health", "/wol-health", "/", "/upstream", "/ui", "/ui/"})
 OPEN_PREFIXES = ("/ui/static/",)
 CREDENTIAL_HEADERS = ("Authorization", "x-api-key")
+# The streams a browser opens with EventSource or a plain GET, which cannot send headers: there
+# the key may come as `?api_key=` (request logs and captures never hold a query string of these).
+QUERY_KEY_PATHS = ("/api/events", "/logs/stream")
 
 
 def presented_key(request: web.Request) -> str | None:
@@ -49,7 +52,10 @@ def api_key_middleware(current_keys: Callable[[], tuple[str, ...]]):
         keys = current_keys()
         if not keys or request.method == "OPTIONS" or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
             return await handler(request)
-        if not key_matches(presented_key(request), keys):
+        presented = presented_key(request)
+        if presented is None and request.method == "GET" and request.path.startswith(QUERY_KEY_PATHS):
+            presented = request.query.get("api_key") or None
+        if not key_matches(presented, keys):
             body = {"error": {"message": "invalid or missing API key", "type": "authentication_error", "code": 401}}
             response = web.json_response(body, status=401)
             # One challenge per header line: browsers ignore Basic when it shares a line.
