@@ -175,6 +175,13 @@ models:
     for shown in (first, second, third):
         text = json.dumps(shown)
         assert "sk-router-key" not in text and "peer-secret-9" not in text and "theme=dark" not in text
+    # Nor does any credential reach the store on disk (its file and write-ahead log), or the log.
+    router.close()
+    for stored in router.db.parent.glob(router.db.name + "*"):
+        raw = stored.read_bytes()
+        assert b"sk-router-key" not in raw and b"peer-secret-9" not in raw and b"theme=dark" not in raw, stored
+    logged = router.log_path.read_text(errors="replace")
+    assert "sk-router-key" not in logged and "peer-secret-9" not in logged
 
 
 async def test_an_unknown_capture_is_llama_swaps_404(router_factory):
