@@ -34,10 +34,8 @@ UPDATE_SECONDS = 0.25
 class Flight:
     id: str
     observation: RequestObservation
-    method: str
-    path: str
-    headers: dict[str, str]
-    remote_ip: str
+    request: web.Request
+    """Read only when the entry is shown: nothing is copied or redacted on the request path."""
     task: asyncio.Task[Any] | None
     started: float = field(default_factory=time.time)
     began: float = field(default_factory=time.monotonic)
@@ -61,10 +59,7 @@ class InFlight:
 
     def add(self, observation: RequestObservation, request: web.Request) -> None:
         """A request arrived (on its own handler task)."""
-        flight = Flight(
-            str(next(self._ids)), observation, request.method, request.path,
-            header_map(request.headers.items(), self._secrets()), _remote_ip(request), asyncio.current_task(),
-        )
+        flight = Flight(str(next(self._ids)), observation, request, asyncio.current_task())
         self._flights[flight.id] = flight
         self._by_observation[id(observation)] = flight
         if self._events.listening:
@@ -108,18 +103,19 @@ class InFlight:
 
     def entry(self, flight: Flight) -> dict[str, Any]:
         """llama-swap's in-flight entry, then swaplab's `requested_model` and `peer`."""
-        observation = flight.observation
+        observation, request = flight.observation, flight.request
         response = observation.response
         sent = response is not None and response.prepared
+        secrets = self._secrets()
         entry: dict[str, Any] = {
             "id": flight.id,
             "timestamp": datetime.fromtimestamp(flight.started).astimezone().isoformat(timespec="microseconds"),
             "model": observation.model,
-            "req_path": flight.path,
-            "method": flight.method,
-            "req_headers": flight.headers,
-            "remote_ip": flight.remote_ip,
-            "resp_headers": header_map(response.headers.items(), self._secrets()) if sent else {},
+            "req_path": request.path,
+            "method": request.method,
+            "req_headers": header_map(request.headers.items(), secrets),
+            "remote_ip": _remote_ip(request),
+            "resp_headers": header_map(response.headers.items(), secrets) if sent else {},
             "resp_bytes": observation.sent_bytes,
             "elapsed_ms": int((time.monotonic() - flight.began) * 1000),
             "requested_model": observation.requested_model,
