@@ -59,9 +59,12 @@ class InFlight:
 
     def add(self, observation: RequestObservation, request: web.Request) -> None:
         """A request arrived (on its own handler task)."""
-        flight = Flight(str(next(self._ids)), observation, request, asyncio.current_task())
+        task = asyncio.current_task()
+        flight = Flight(str(next(self._ids)), observation, request, task)
         self._flights[flight.id] = flight
         self._by_observation[id(observation)] = flight
+        if task is not None:  # however the handler ends, no request stays listed after it
+            task.add_done_callback(lambda _: self.remove(observation))
         if self._events.listening:
             self._publish_upsert(flight)
             self._tick_soon()
