@@ -1,7 +1,8 @@
 """A randomized fault soak of the router: many clients, every fault at once, invariants checked all along.
 
 For `--seconds`, `--clients` concurrent clients send chat requests (streaming and not)
-through `swaplab serve` to `swaplab sim` backends in an exclusive swap group, a
+through `swaplab serve` to `swaplab sim` backends in an exclusive swap group (two of
+whose models are swapped out by sleep, imitating vLLM's and SGLang's sleep APIs), a
 non-swapping group, a persistent group and the implicit group of ungrouped models,
 while faults are injected: client disconnects before and after the first byte,
 backend crashes (`--crash-after-tokens`) and SIGKILLs from outside, `/unload` (all and
@@ -88,6 +89,7 @@ class ModelSpec:
     crash_after_tokens: int = 0
     ttl: int = 0
     check_endpoint: str | None = None
+    sleep: str | None = None  # a swap puts it to sleep through this engine's API (vllm, sglang)
 
     def argv(self, marker: str) -> list[str]:
         # `--model MARKER-ID` makes each process findable by its command line and
@@ -103,6 +105,8 @@ class ModelSpec:
             argv.append("--health-before-ready")
         if self.crash_after_tokens:
             argv += ["--crash-after-tokens", str(self.crash_after_tokens)]
+        if self.sleep:
+            argv += ["--engine", self.sleep, "--sleep-seconds", "0.05", "--wake-seconds", f"{SLEEP_WAKE_SECONDS:g}"]
         return argv
 
 
@@ -115,6 +119,14 @@ GROUPS = {
     # so a disappearance that none of those explains is a ttl expiry.
     "keep": {"swap": False, "exclusive": False, "persistent": True},
 }
+
+# The sleeping models: each holds this much host RAM asleep (declared), within a budget
+# that takes both; a wake takes a moment, a tenth of swap-slow's cold start.
+SLEEP_HOST_GIB = 1
+SLEEP_BUDGET_GIB = 2
+SLEEP_WAKE_SECONDS = 0.15
+# The states in which a model's process runs.
+LIVE_STATES = ("starting", "ready", "stopping", "falling_asleep", "sleeping", "waking")
 
 # keep-ttl's traffic comes in bursts, so that its ttl expires in every gap.
 TTL_BURST_SECONDS = 2.0
@@ -130,6 +142,10 @@ def model_specs(rng: random.Random) -> list[ModelSpec]:
         ModelSpec("swap-fast", "swap", 14, ttft_ms=20, tokens_per_second=300),
         ModelSpec("swap-slow", "swap", 10, ttft_ms=30, tokens_per_second=200, load_seconds=1.5),
         ModelSpec("swap-crash", "swap", 10, ttft_ms=25, tokens_per_second=200, crash_after_tokens=crash_after(rng)),
+        # Swapped out by sleep, not stop: its process stays through every swap until a fault ends it.
+        ModelSpec("swap-sleepy", "swap", 10, ttft_ms=20, tokens_per_second=300, sleep="vllm"),
+        ModelSpec("swap-sleepy-sglang", "swap", 6, ttft_ms=20, tokens_per_second=300, load_seconds=1.0,
+                  sleep="sglang"),
         # /health says 200 while generation still answers 503 "loading": requests in
         # that window get the backend's 503, a clean error.
         ModelSpec("side-lying", "side", 10, ttft_ms=15, load_seconds=2.0, health_before_ready=True, ttl=3),
@@ -150,6 +166,7 @@ def render_config(specs: Iterable[ModelSpec], start_port: int, marker: str, gene
         "healthCheckTimeout: 15",
         "unloadTimeout: 3",
         f"startPort: {start_port}",
+        f"hostMemory: {{budgetGiB: {SLEEP_BUDGET_GIB}}}",
         "models:",
     ]
     for spec in specs:
@@ -158,6 +175,8 @@ def render_config(specs: Iterable[ModelSpec], start_port: int, marker: str, gene
             lines.append(f"    ttl: {spec.ttl}")
         if spec.check_endpoint:
             lines.append(f"    checkEndpoint: {spec.check_endpoint}")
+        if spec.sleep:
+            lines.append(f"    sleep: {{engine: {spec.sleep}, hostMemoryGiB: {SLEEP_HOST_GIB}, timeout: 10}}")
     lines.append("groups:")
     for name, flags in GROUPS.items():
         members = [spec.id for spec in specs if spec.group == name]
@@ -997,7 +1016,7 @@ class Soak:
                 current.add(("ready without its process", model, entry.get("pid"), tuple(pids)))
         for model, processes in sample.processes.items():
             state = sample.running.get(model, {}).get("state", "not listed")
-            if state not in ("starting", "ready", "stopping"):
+            if state not in LIVE_STATES:
                 current.add(("process the router disowns", model, state, tuple(p.pid for p in processes)))
         for key in list(self._mismatches):
             if key not in current:

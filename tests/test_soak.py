@@ -111,6 +111,7 @@ def test_the_generated_config_is_valid_and_has_every_kind_of_model(tmp_path):
     assert any(spec.crash_after_tokens for spec in specs) and any(spec.ttl for spec in specs)
     assert any(spec.load_seconds for spec in specs) and any(spec.check_endpoint == "generate" for spec in specs)
     assert any(spec.health_before_ready and spec.check_endpoint is None for spec in specs)  # the lying health check
+    assert {spec.sleep for spec in specs if spec.sleep} == {"vllm", "sglang"}  # swapped out by sleep
 
 
 @pytest.mark.timeout(420)
