@@ -198,13 +198,20 @@ def test_playground_chat_streams_an_answer_from_llamacpp(router_factory):
             page.fill("#max-tokens", "24")
             page.fill("#temperature", "0")
             page.fill("#chat-input", "What is the capital of France?")
+            # Count the answer's updates: a streamed answer grows piece by piece.
+            page.evaluate("""() => {
+                window.answerUpdates = 0;
+                new MutationObserver((records) => {
+                    window.answerUpdates += records.filter((r) => r.target.closest?.('.message[data-role="assistant"] .message-content')).length;
+                }).observe(document.querySelector("#transcript"), {childList: true, subtree: true, characterData: true});
+            }""")
             page.keyboard.press("Enter")
             answer = page.locator('.message[data-role="assistant"]').last
-            expect(answer).to_have_attribute("data-status", "streaming")
-            expect(page.locator("#chat-stop")).to_be_visible()
             expect(answer).to_have_attribute("data-status", "done", timeout=120_000)
             expect(answer.locator(".message-meta")).to_contain_text("tokens")
+            expect(page.locator("#chat-stop")).to_be_hidden()
             shown = answer.locator(".message-content").inner_text()
+            assert page.evaluate("window.answerUpdates") > 1
 
     # What the page showed is what llama.cpp streamed, as the router captured it.
     row = get_json(f"{router.url}/api/metrics/activity?limit=1")["data"][0]
@@ -239,7 +246,18 @@ def test_an_activity_row_opens_its_capture(router_factory):
 
             # A new request shows without a reload: the feed says a row was written.
             chat(router.url, "a", content="second")
-            expect(page.locator('.activity-table tbody tr[data-model="a"]')).to_have_count(2)
+            rows = page.locator(".view-activity .activity-table tbody tr")
+            expect(rows).to_have_count(2)
+            expect(rows.first).to_have_attribute("data-id", "2")
+            # The router sorts: oldest first.
+            page.locator('.view-activity button.sort[data-sort="id"]').click()
+            expect(rows.first).to_have_attribute("data-id", "1")
+            # The export holds every row of the filter, as CSV.
+            with page.expect_download() as download:
+                page.get_by_role("button", name="CSV").click()
+            lines = Path(download.value.path()).read_text().splitlines()
+            assert lines[0].startswith("id,timestamp,model,") and len(lines) == 3
+            assert [line.split(",")[2] for line in lines[1:]] == ["a", "a"]
     assert errors == []
 
 
@@ -471,8 +489,8 @@ def capture_views(browser, url: str, folder: Path, width: int, theme: str = "lig
     expect(page.locator(".device").first).to_be_visible()
     shot("models")
 
-    page.goto(f"{url}/ui#/models/embedder")
-    expect(page.locator(".view-model .log")).to_contain_text("warming up")
+    page.goto(f"{url}/ui#/models/qwen3-8b")
+    expect(page.locator(".view-model .log")).to_contain_text("sim: model qwen3-8b listening")
     expect(page.locator(".view-model .activity-table tbody tr").first).to_be_visible()
     shot("model")
 
@@ -494,7 +512,7 @@ def capture_views(browser, url: str, folder: Path, width: int, theme: str = "lig
     shot("activity")
     page.locator(".view-activity .activity-table tbody tr.has-capture").first.click()
     expect(page.locator("#capture pre").first).to_be_visible()
-    shot("capture")
+    page.screenshot(path=str(folder / f"capture-{suffix}.png"))  # a dialog: the window, not the page under it
     page.keyboard.press("Escape")
 
     page.goto(f"{url}/ui#/logs")

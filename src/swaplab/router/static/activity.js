@@ -6,7 +6,7 @@ import { getJson } from "./api.js";
 import { openCapture } from "./capture.js";
 import { histogramChart } from "./charts.js";
 import { debounce, download, empty, h, setText } from "./dom.js";
-import { count, ms, rate, rowDate, when } from "./format.js";
+import { clock, count, ms, rate, rowDate, when } from "./format.js";
 import { icon } from "./icons.js";
 import { createInflightTable } from "./inflight.js";
 import { on, state } from "./live.js";
@@ -42,18 +42,26 @@ function modelCell(row) {
   return nodes;
 }
 
+/** Today's rows by their time alone, older ones with their day; the full timestamp on hover. */
+function timeCell(row) {
+  const date = rowDate(row);
+  const today = date.toDateString() === new Date().toDateString();
+  return h("time", { datetime: date.toISOString(), title: date.toString() }, today ? clock(date) : when(date));
+}
+
+// `short` is the header's label where the full one would widen the table; phones show `label`.
 const COLUMNS = [
-  { label: "#", sort: "id", num: true, cell: (row) => String(row.id) },
-  { label: "Time", sort: "time", wide: true, cell: (row) => when(rowDate(row)) },
+  { label: "#", sort: "id", num: true, cardTitle: true, cell: (row) => String(row.id) },
+  { label: "Time", sort: "time", cardTitle: true, cell: timeCell },
   { label: "Model", sort: "model", wide: true, cell: modelCell, model: true },
   { label: "Path", sort: "req_path", wide: true, cell: (row) => h("span", { class: "mono" }, row.req_path) },
   { label: "Status", sort: "resp_status_code", cell: statusCell },
   { label: "Cached", sort: "cached", num: true, cell: (row) => count(tokens(row).cache_tokens) },
   { label: "Prompt", sort: "prompt", num: true, cell: (row) => count(tokens(row).input_tokens) },
   { label: "Generated", sort: "generated", num: true, cell: (row) => count(tokens(row).output_tokens) },
-  { label: "Prefill tok/s", sort: "prompt_speed", num: true, cell: (row) => rate(tokens(row).prompt_per_second) },
-  { label: "Decode tok/s", sort: "gen_speed", num: true, cell: (row) => rate(tokens(row).tokens_per_second) },
-  { label: "TTFT", sort: null, num: true, cell: ttftCell },
+  { label: "Prefill tok/s", short: "Prefill", title: "prefill (prompt processing) speed, tokens per second", sort: "prompt_speed", num: true, cell: (row) => rate(tokens(row).prompt_per_second) },
+  { label: "Decode tok/s", short: "Decode", title: "decode (generation) speed, tokens per second", sort: "gen_speed", num: true, cell: (row) => rate(tokens(row).tokens_per_second) },
+  { label: "TTFT", title: "time to first token; a badge when the request waited for its model to start or wake", sort: null, num: true, cell: ttftCell },
   { label: "Duration", sort: "duration", num: true, cell: (row) => ms(row.duration_ms) },
 ];
 
@@ -123,9 +131,10 @@ export function createActivityTable({ model = null, onFilter = () => {} } = {}) 
   let loading = null;
 
   for (const column of columns) {
-    const th = h("th", { class: column.num ? "num" : "", scope: "col" });
+    const th = h("th", { class: column.num ? "num" : "", scope: "col", title: column.title });
+    const label = column.short || column.label;
     if (column.sort) {
-      const button = h("button", { type: "button", class: "sort", dataset: { sort: column.sort } }, column.label, h("span", { class: "sort-mark", "aria-hidden": "true" }));
+      const button = h("button", { type: "button", class: "sort", dataset: { sort: column.sort } }, label, h("span", { class: "sort-mark", "aria-hidden": "true" }));
       button.addEventListener("click", () => {
         if (query.sort === column.sort) query.order = query.order === "desc" ? "asc" : "desc";
         else Object.assign(query, { sort: column.sort, order: column.num || column.sort === "time" || column.sort === "id" ? "desc" : "asc" });
@@ -134,7 +143,7 @@ export function createActivityTable({ model = null, onFilter = () => {} } = {}) 
       });
       th.append(button);
     } else {
-      th.textContent = column.label;
+      th.textContent = label;
     }
     head.append(th);
   }
@@ -169,7 +178,7 @@ export function createActivityTable({ model = null, onFilter = () => {} } = {}) 
         }
         if (row.error_msg) tr.classList.add("has-error");
         for (const column of columns) {
-          const className = [column.num ? "num" : "", column.wide ? "wide" : ""].join(" ").trim();
+          const className = [column.num ? "num" : "", column.wide ? "wide" : "", column.cardTitle ? "card-title-cell" : ""].join(" ").trim();
           tr.append(h("td", { class: className, dataset: { label: column.label } }, h("span", { class: "cell" }, column.cell(row))));
         }
         if (!row.error_msg) return [tr];

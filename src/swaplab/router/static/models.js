@@ -61,11 +61,14 @@ function updateModelRow(row, model) {
 function deviceCard(device) {
   const capacity = device.vram_gib ?? device.total_gib ?? null;
   const holders = Object.entries(device.models || {});
+  const asleep = new Set(state.models.filter((model) => model.state === "sleeping").map((model) => model.id));
+  const claimText = (model, amount) => `${model} · ${amount === null ? "whole device" : gib(amount)}${asleep.has(model) ? " · asleep" : ""}`;
   const meter = h("div", { class: "meter", role: "img" });
   const claimed = Number(device.claimed_gib) || 0;
   holders.forEach(([model, amount], index) => {
     const share = amount === null ? 1 : capacity ? Math.min(1, amount / capacity) : 0;
-    meter.append(h("span", { class: `meter-part meter-part-${index % 4}`, style: `width: ${(share * 100).toFixed(1)}%`, title: `${model}: ${amount === null ? "whole device" : gib(amount)}` }));
+    const kind = asleep.has(model) ? "meter-part-asleep" : `meter-part-${index % 4}`;
+    meter.append(h("span", { class: `meter-part ${kind}`, style: `width: ${(share * 100).toFixed(1)}%`, title: claimText(model, amount) }));
   });
   meter.setAttribute("aria-label", capacity ? `${gib(claimed)} of ${gib(capacity)} claimed` : `${gib(claimed)} claimed`);
   const realUse = device.used_gib != null ? h("p", { class: "device-nvml" }, `in use ${gib(device.used_gib)} · free ${gib(device.free_gib)} (NVML)`) : null;
@@ -79,7 +82,7 @@ function deviceCard(device) {
     h(
       "div",
       { class: "chips" },
-      holders.length ? holders.map(([model, amount]) => h("span", { class: "chip chip-device" }, `${model} · ${amount === null ? "whole device" : gib(amount)}`)) : h("span", { class: "muted small" }, "free"),
+      holders.length ? holders.map(([model, amount]) => h("span", { class: `chip chip-device${asleep.has(model) ? " chip-sleep" : ""}` }, claimText(model, amount))) : h("span", { class: "muted small" }, "free"),
     ),
   );
 }
@@ -187,7 +190,7 @@ export function createModelsView() {
 
     const deviceList = state.running.devices;
     devicesSection.hidden = deviceList.length === 0;
-    const deviceJson = JSON.stringify(deviceList);
+    const deviceJson = JSON.stringify([deviceList, models.map((model) => model.state)]);
     if (devices.dataset.json !== deviceJson) {
       devices.dataset.json = deviceJson;
       devices.replaceChildren(...deviceList.map(deviceCard));

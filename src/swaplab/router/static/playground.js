@@ -66,14 +66,16 @@ export function createPlaygroundView() {
   const maxTokens = number("max-tokens", settings.max_tokens, 1, 1, 131072);
   const topP = number("top-p", settings.top_p, 0.05, 0, 1);
   const systemField = field("System prompt", system, "chat only");
-  const aside = h(
-    "aside",
-    { class: "playground-settings panel panel-padded" },
-    field("Model", modelSelect),
+  // On a phone the parameters fold away under the model, so the conversation comes first.
+  const more = h(
+    "details",
+    { class: "settings-more", open: !matchMedia("(max-width: 860px)").matches },
+    h("summary", {}, "Parameters"),
     systemField,
     h("div", { class: "field-row" }, field("Temperature", temperature), field("Top P", topP)),
     field("Max tokens", maxTokens),
   );
+  const aside = h("aside", { class: "playground-settings panel panel-padded" }, field("Model", modelSelect), more);
   for (const [control, key, parse] of [
     [system, "system", String],
     [temperature, "temperature", Number],
