@@ -28,7 +28,7 @@ from procs import PYTHON, SIM, wait_until
 
 require_chromium()
 
-from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Page, expect, sync_playwright
 
 WIDTHS = (1280, 390)
 VIEWS = ("models", "model", "playground", "activity", "capture", "logs", "performance")
@@ -357,6 +357,75 @@ def test_a_router_with_api_keys_asks_for_one_once(router_factory):
     assert errors == []
 
 
+def test_gpus_on_the_performance_view_and_their_memory_on_the_devices(tmp_path):
+    # No GPU here: the router runs in this process with NVML's readings handed in, through
+    # the same hooks the sampler's and the fleet's own tests use.
+    from swaplab.fleet.devices import DeviceActivity, DeviceReading
+
+    gib = 1024**3
+    activity = [
+        DeviceActivity(index=index, name=name, uuid=f"GPU-{index}", utilisation_percent=load, memory_used_bytes=used * gib,
+                       memory_total_bytes=80 * gib, temperature_celsius=55 + index, power_watts=300.0 + index, fan_percent=None)
+        for index, name, load, used in ((0, "H100 80GB", 87.0, 61), (1, "H100 80GB", 12.0, 9))
+    ]
+    readings = {0: DeviceReading(index=0, name="NVIDIA H100 80GB", total_gib=80.0, used_gib=61.0, free_gib=19.0)}
+    config = "devices:\n  0: {name: H100, vramGiB: 80}\nmodels:\n  a: {cmd: " + f"'{SIM} --port ${{PORT}} --model a'" + ", devices: [0], vramGiB: 40}\n"
+    with in_process_router(tmp_path, config, gpus=lambda: activity, readings=lambda: readings) as url:
+        with chromium() as browser:
+            page, errors = open_page(browser, f"{url}/ui#/models")
+            with screenshot_on_exit(page, "ui-gpus"):
+                expect(page.locator('.device[data-device="0"] .device-nvml')).to_have_text("in use 61.0 GiB · free 19.0 GiB (NVML)")
+                page.goto(f"{url}/ui#/performance")
+                gpus = page.locator(".view-performance .section", has_text="GPUs")
+                for title in ("Utilisation", "Memory used", "Power", "Temperature"):
+                    card = gpus.locator(".card", has_text=title)
+                    expect(card.locator("canvas").first).to_be_visible()
+                    expect(card.locator(".u-legend")).to_contain_text("GPU 0 H100 80GB")
+                    expect(card.locator(".u-legend")).to_contain_text("GPU 1 H100 80GB")
+        assert errors == []
+
+
+@contextmanager
+def in_process_router(folder: Path, config_text: str, *, gpus, readings):
+    """swaplab's router on a loopback port in a thread of this process, NVML replaced by `gpus` and `readings`."""
+    import asyncio
+
+    from aiohttp import web
+    from configtext import load
+    from procs import free_port, free_port_block
+
+    from swaplab.fleet.performance import PerformanceSampler
+    from swaplab.router.app import Router
+
+    class Probe:
+        def read(self):
+            return readings()
+
+        def activity(self):
+            return gpus()
+
+        def close(self):
+            pass
+
+    router = Router(load(f"startPort: {free_port_block()}\n" + config_text), state_dir=folder / "state", db=folder / "swaplab.db")
+    router.fleet.device_probe = Probe()
+    router.performance = PerformanceSampler(5.0, False, read_gpus=gpus)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(router.app())
+    loop.run_until_complete(runner.setup())
+    port = free_port()
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 def post_with_key(url: str, key: str) -> int:
     request = urllib.request.Request(url, method="POST", data=b"", headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -510,8 +579,9 @@ def capture_views(browser, url: str, folder: Path, width: int, theme: str = "lig
     expect(page.locator('.view-activity .activity-table [data-waited="wake"]').first).to_be_visible()
     expect(page.locator('[data-histogram="duration_histogram"] canvas').first).to_be_visible()
     shot("activity")
-    page.locator(".view-activity .activity-table tbody tr.has-capture").first.click()
-    expect(page.locator("#capture pre").first).to_be_visible()
+    page.locator(".view-activity .activity-table tbody tr.has-capture").first.click()  # the playground's chat
+    page.locator("#capture").get_by_role("tab", name="Response").click()
+    expect(page.locator("#capture .capture-part").nth(1).locator("pre")).to_contain_text("reasoning_content")
     page.screenshot(path=str(folder / f"capture-{suffix}.png"))  # a dialog: the window, not the page under it
     page.keyboard.press("Escape")
 
@@ -541,7 +611,7 @@ def write_screenshots(folder: Path) -> None:
                 chat(router.url, "embedder", max_tokens=200)  # something for the CPU chart to show
                 return len(get_json(f"{router.url}/api/performance")["sys_stats"] or []) >= 12
 
-            wait_until(a_minute_of_samples, 120, "a minute of performance samples (one each 5 s)", interval=1)
+            wait_until(a_minute_of_samples, 120, "a minute of performance samples (one each 5 s)", interval=4)
             with chromium() as browser:
                 for width in WIDTHS:
                     errors = capture_views(browser, router.url, folder, width)

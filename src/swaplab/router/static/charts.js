@@ -122,6 +122,22 @@ export function histogramChart({ label, format, height = 150 }) {
   };
 }
 
+/** A minute at least, ending at the newest sample, so the first samples do not fill the width. */
+function atLeastAMinute(plot) {
+  // From the data itself: uPlot widens a single point's range by days before asking.
+  const times = plot.data[0] || [];
+  const now = Date.now() / 1000;
+  if (!times.length) return [now - 60, now];
+  const first = times[0];
+  const last = times[times.length - 1];
+  return last - first < 60 ? [last - 60, last] : [first, last];
+}
+
+/** Dots while there are too few samples for a line to show. */
+function fewPoints(plot) {
+  return plot.data[0].length < 3;
+}
+
 /** Lines over time: `series` is `[{label}]`; `set([unixSeconds[], values1[], ...])`. */
 export function timeChart({ series, format, range, height = 180 }) {
   const box = chartBox(
@@ -129,7 +145,7 @@ export function timeChart({ series, format, range, height = 180 }) {
       legend: { show: true, live: true },
       cursor: { drag: { x: false, y: false } },
       padding: [8, 8, 0, 0],
-      scales: { x: { time: true }, y: range ? { range } : { range: (plot, low, high) => [0, Math.max(high * 1.1, 1)] } },
+      scales: { x: { time: true, range: atLeastAMinute }, y: range ? { range } : { range: (plot, low, high) => [0, Math.max(high * 1.1, 1)] } },
       axes: [axis(palette, timeTicks), { ...axis(palette, each(format)), size: 56 }],
       series: [
         { label: "", value: (plot, value) => (value == null ? "" : new Date(value * 1000).toLocaleTimeString([], { hour12: false })) },
@@ -140,7 +156,7 @@ export function timeChart({ series, format, range, height = 180 }) {
             stroke: colour,
             width: 1.5,
             fill: series.length === 1 ? `${colour}22` : undefined,
-            points: { show: false },
+            points: { show: fewPoints },
             value: (plot, value) => (value == null ? "" : format ? format(value) : String(value)),
           };
         }),

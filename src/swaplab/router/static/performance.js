@@ -12,7 +12,7 @@ const KEPT_SECONDS = 3600;
 
 const percent = (value) => `${Math.round(value)}%`;
 const gibFromMb = (mb) => mb / 1024;
-const gibLabel = (value) => `${fixed(value, value < 10 ? 1 : 0)} GiB`;
+const gibLabel = (value) => `${fixed(value, value > 0 && value < 10 ? 1 : 0)} GiB`;
 
 function average(values) {
   return values.length ? values.reduce((sum, value) => sum + value, 0) / values.length : 0;
