@@ -223,6 +223,24 @@ def test_playground_chat_streams_an_answer_from_llamacpp(router_factory):
     assert errors == []
 
 
+def test_the_live_feed_comes_back_after_the_router_restarts(router_factory):
+    router = router_factory(CONFIG)
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/models")
+        with screenshot_on_exit(page, "ui-reconnect"):
+            connection = page.locator("#connection")
+            expect(connection).to_have_attribute("data-state", "live")
+            router.close()
+            expect(connection).to_have_attribute("data-state", "reconnecting")
+            again = router_factory(CONFIG, port=router.port)
+            expect(connection).to_have_attribute("data-state", "live", timeout=30_000)
+            # The new router's feed is the one heard now.
+            assert post(f"{again.url}/load?model=a")[0] == 200
+            expect(state_of(model_row(page, "a"))).to_have_text("ready")
+    # Only the network failed while the router was away (its streams cut, then refused).
+    assert errors and all("Failed to load resource: net::ERR_" in error for error in errors), errors
+
+
 def test_an_activity_row_opens_its_capture(router_factory):
     router = router_factory(CONFIG)
     chat(router.url, "a", content="show me in the capture")

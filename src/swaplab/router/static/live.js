@@ -51,6 +51,7 @@ function setConnection(connection) {
 // -- the feed ---------------------------------------------------------------------
 
 let attempt = 0;
+let connectedBefore = false;
 let historyExpected = new Set();
 
 export function connect() {
@@ -90,6 +91,9 @@ function opened() {
   attempt = 0;
   setConnection("live");
   refreshDetails();
+  // Rows written while the feed was down were never announced: whoever shows rows reloads.
+  if (connectedBefore) emit("activity", { resync: true });
+  connectedBefore = true;
 }
 
 function dropped() {

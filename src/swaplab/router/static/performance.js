@@ -82,8 +82,10 @@ export function createPerformanceView() {
   let visible = false;
   let hardwareRead = false;
 
+  /** The last hour, by the router's clock (the newest sample), whatever this browser's clock says. */
   function trim(samples) {
-    const oldest = Date.now() / 1000 - KEPT_SECONDS;
+    if (!samples.length) return samples;
+    const oldest = seconds(samples[samples.length - 1].timestamp) - KEPT_SECONDS;
     return samples.filter((sample) => seconds(sample.timestamp) >= oldest);
   }
 

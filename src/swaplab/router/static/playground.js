@@ -126,6 +126,10 @@ export function createPlaygroundView() {
       (groups.get(type) || groups.get("other")).push(option);
     }
     const labels = { model: "Models", selector: "Selectors", peer: "Peers", other: "Other" };
+    // Rebuilt only when an option changes: a rebuild would close the list under the pointer.
+    const signature = [...groups].map(([type, options]) => `${type}:${options.map((option) => `${option.value}=${option.textContent}`).join(",")}`).join(";");
+    if (signature === modelSelect.dataset.signature) return;
+    modelSelect.dataset.signature = signature;
     const wanted = settings.model || modelSelect.value;
     modelSelect.replaceChildren(...[...groups].filter(([, options]) => options.length).map(([type, options]) => h("optgroup", { label: labels[type] }, options)));
     const ids = modelRecords.map((record) => record.id);
