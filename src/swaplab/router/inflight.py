@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -30,17 +28,20 @@ if TYPE_CHECKING:
 UPDATE_SECONDS = 0.25
 
 
-@dataclass(eq=False)
 class Flight:
-    id: str
-    observation: RequestObservation
-    request: web.Request
-    """Read only when the entry is shown: nothing is copied or redacted on the request path."""
-    task: asyncio.Task[Any] | None
-    started: float = field(default_factory=time.time)
-    began: float = field(default_factory=time.monotonic)
-    published: tuple[int, bool] = (-1, False)
-    """(bytes, headers sent) when it was last published, so an unchanged request is not sent again."""
+    """One request on its way; its times are its observation's."""
+
+    __slots__ = ("id", "observation", "request", "task", "published")
+
+    def __init__(self, flight_id: str, observation: RequestObservation, request: web.Request,
+                 task: asyncio.Task[Any] | None):
+        self.id = flight_id
+        self.observation = observation
+        self.request = request
+        """Read only when the entry is shown: nothing is copied or redacted on the request path."""
+        self.task = task
+        self.published: tuple[int, bool] = (-1, False)
+        """(bytes, headers sent) when it was last published, so an unchanged request is not sent again."""
 
 
 class InFlight:
@@ -50,7 +51,6 @@ class InFlight:
         self._events = events
         self._secrets = secrets
         self._flights: dict[str, Flight] = {}
-        self._by_observation: dict[int, Flight] = {}
         self._ids = itertools.count(1)
         self._ticker: asyncio.TimerHandle | None = None
 
@@ -62,7 +62,7 @@ class InFlight:
         task = asyncio.current_task()
         flight = Flight(str(next(self._ids)), observation, request, task)
         self._flights[flight.id] = flight
-        self._by_observation[id(observation)] = flight
+        observation.flight = flight
         if task is not None:  # however the handler ends, no request stays listed after it
             task.add_done_callback(lambda _: self.remove(observation))
         if self._events.listening:
@@ -71,11 +71,13 @@ class InFlight:
 
     def remove(self, observation: RequestObservation) -> None:
         """The request ended (however it ended)."""
-        flight = self._by_observation.pop(id(observation), None)
+        flight = observation.flight
         if flight is None:
             return
+        observation.flight = None
         del self._flights[flight.id]
-        self._events.publish("inflight", {"operation": "remove", "id": flight.id})
+        if self._events.listening:
+            self._events.publish("inflight", {"operation": "remove", "id": flight.id})
 
     def cancel(self, flight_id: str) -> bool:
         """End the request now; False when no such request is on its way.
@@ -98,7 +100,7 @@ class InFlight:
 
     def snapshot(self) -> dict[str, Any]:
         """`{"operation": "snapshot", "requests": [...]}`, oldest first (llama-swap omits an empty list)."""
-        flights = sorted(self._flights.values(), key=lambda f: (f.started, int(f.id)))
+        flights = sorted(self._flights.values(), key=lambda f: int(f.id))  # ids count up: oldest first
         message: dict[str, Any] = {"operation": "snapshot"}
         if flights:
             message["requests"] = [self.entry(flight) for flight in flights]
@@ -112,7 +114,7 @@ class InFlight:
         secrets = self._secrets()
         entry: dict[str, Any] = {
             "id": flight.id,
-            "timestamp": datetime.fromtimestamp(flight.started).astimezone().isoformat(timespec="microseconds"),
+            "timestamp": datetime.fromtimestamp(observation.time).astimezone().isoformat(timespec="microseconds"),
             "model": observation.model,
             "req_path": request.path,
             "method": request.method,
@@ -120,7 +122,7 @@ class InFlight:
             "remote_ip": _remote_ip(request),
             "resp_headers": header_map(response.headers.items(), secrets) if sent else {},
             "resp_bytes": observation.sent_bytes,
-            "elapsed_ms": int((time.monotonic() - flight.began) * 1000),
+            "elapsed_ms": int(observation.elapsed() * 1000),
             "requested_model": observation.requested_model,
             "peer": observation.peer,
         }

@@ -66,7 +66,7 @@ class RequestObservation:
     __slots__ = (
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
         "request_headers", "session_headers", "capture_id", "pending", "response", "metadata", "waited_for",
-        "content_type", "sent_bytes", "upstream", "cancelled",
+        "content_type", "sent_bytes", "upstream", "cancelled", "flight",
         "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
     )
@@ -112,6 +112,8 @@ class RequestObservation:
         """The upstream response being relayed (an aiohttp ClientResponse), for a cancel to close."""
         self.cancelled = ""
         """Why the request was cancelled from outside (`POST /api/inflight/{id}/cancel`), "" unless it was."""
+        self.flight: Any = None
+        """Its entry in the in-flight list while it is on its way (`inflight.Flight`)."""
         self._record: ActivityRecord | None = None
         self._ended_at: float | None = None
         self._completed = False
@@ -146,6 +148,10 @@ class RequestObservation:
             model, path, peer, requested_model=requested_model, on_end=on_end, request_headers=request.headers,
             session_headers=session_headers, capture=pending, metadata=metadata,
         )
+
+    def elapsed(self) -> float:
+        """Seconds since the request arrived."""
+        return time.perf_counter() - self._started
 
     def admitted(self, waited_for: str | None, fallback: str) -> None:
         """The fleet admitted the request: what it waited for (`start`, `wake`, None), and why a
