@@ -241,6 +241,53 @@ def test_the_live_feed_comes_back_after_the_router_restarts(router_factory):
     assert errors and all("Failed to load resource: net::ERR_" in error for error in errors), errors
 
 
+def llamacpp_config() -> str:
+    """SmolLM2 through llama.cpp twice: as the built-in default serves it, and for embeddings."""
+    from swaplab.builtin.models import smollm2_path
+
+    command = f"{PYTHON} -m swaplab.builtin.llamacpp --model {smollm2_path()} --host 127.0.0.1 --port ${{PORT}} --ctx-size 2048 --threads 2"
+    return f"""
+healthCheckTimeout: 60
+models:
+  smollm2:
+    cmd: {command}
+    proxy: http://127.0.0.1:${{PORT}}
+    timeouts: {{idleConn: 4}}
+  smollm2-embed:
+    cmd: {command} --embedding
+    proxy: http://127.0.0.1:${{PORT}}
+    timeouts: {{idleConn: 4}}
+"""
+
+
+def test_playground_completion_and_embeddings_from_llamacpp(router_factory):
+    router = router_factory(llamacpp_config())
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/playground")
+        with screenshot_on_exit(page, "ui-playground-tabs"):
+            expect(page.locator("#playground-model option[value=smollm2]")).to_have_count(1)
+            page.get_by_role("tab", name="Completion").click()
+            expect(page.locator("#system-prompt")).to_be_hidden()  # a chat's parameter only
+            page.select_option("#playground-model", "smollm2")
+            page.fill("#max-tokens", "16")
+            page.fill("#completion-prompt", "The capital of France is")
+            page.locator("#completion-send").click()
+            output = page.locator("#completion-output")
+            expect(output).to_have_attribute("data-status", "done", timeout=120_000)
+            expect(output.locator(".completion-prompt")).to_have_text("The capital of France is")
+            assert output.locator(".completion-text").inner_text().strip()
+
+            # The built-in llama.cpp entry point cannot set a pooling type yet, and llama.cpp
+            # refuses OpenAI embeddings without one: the page shows the server's own reason.
+            page.get_by_role("tab", name="Embeddings").click()
+            page.select_option("#playground-model", "smollm2-embed")
+            page.fill("#embedding-input", "swaplab swaps models")
+            page.locator("#embedding-send").click()
+            expect(page.locator("#embedding-result .error-text")).to_contain_text("pooling", timeout=120_000)
+    # The refused embedding's 4xx is the only console error.
+    assert len(errors) == 1 and "Failed to load resource" in errors[0], errors
+
+
 def test_an_activity_row_opens_its_capture(router_factory):
     router = router_factory(CONFIG)
     chat(router.url, "a", content="show me in the capture")
