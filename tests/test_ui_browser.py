@@ -65,6 +65,10 @@ peers:
   remote:
     proxy: http://127.0.0.1:9
     models: [big-model]
+profiles:
+  quick:
+    description: pins the assistant to a
+    pins: {{assistant: a}}
 """
 
 # -- HTTP from outside the page ------------------------------------------------------
@@ -179,6 +183,12 @@ def test_models_view_follows_the_router_live_and_its_buttons_act(router_factory)
             expect(state_of(b)).to_have_text("ready")
             expect(b).to_contain_text("last wake")
 
+            # The profile: chosen here, and changed elsewhere, as the feed tells.
+            page.select_option('select[aria-label="Profile"]', "quick")
+            wait_until(lambda: get_json(f"{router.url}/api/profiles")["active"] == "quick", 10, "the profile to be active")
+            put_profile(router.url, None)
+            expect(page.locator('select[aria-label="Profile"]')).to_have_value("")
+
             # Its own page: the entry as written and its backend's log.
             b.locator("a.model-id").click()
             detail = page.locator('.view-model[data-model="b"]')
@@ -214,6 +224,7 @@ def test_playground_chat_streams_an_answer_from_llamacpp(router_factory):
             assert page.evaluate("window.answerUpdates") > 1
 
     # What the page showed is what llama.cpp streamed, as the router captured it.
+    wait_until(lambda: newest_row_after(router.url, 0), 10, "the chat in the activity")  # written by a thread
     row = get_json(f"{router.url}/api/metrics/activity?limit=1")["data"][0]
     assert row["model"] == "smollm2" and "event-stream" in row["resp_content_type"]
     capture = get_json(f"{router.url}/api/captures/{row['id']}")
@@ -491,6 +502,48 @@ def in_process_router(folder: Path, config_text: str, *, gpus, readings):
         loop.close()
 
 
+def put_profile(url: str, name: str | None) -> None:
+    request = urllib.request.Request(
+        f"{url}/api/profiles/active", method="PUT", data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+
+
+def test_stop_in_the_playground_cancels_the_request_at_the_model(router_factory):
+    router = router_factory(CONFIG)
+    assert post(f"{router.url}/load?model=slow")[0] == 200
+    proxy = next(entry["proxy"] for entry in get_json(f"{router.url}/running")["running"] if entry["model"] == "slow")
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/playground")
+        with screenshot_on_exit(page, "ui-stop"):
+            expect(page.locator("#playground-model option[value=slow]")).to_have_count(1)
+            page.select_option("#playground-model", "slow")
+            page.fill("#max-tokens", "200")  # 100 s at 2 tokens a second
+            page.fill("#chat-input", "take your time")
+            page.keyboard.press("Enter")
+            answer = page.locator('.message[data-role="assistant"]').last
+            expect(answer.locator(".message-content")).to_contain_text("tok0")  # it streams
+            page.locator("#chat-stop").click()
+            expect(answer).to_have_attribute("data-status", "stopped")
+            expect(page.locator("#chat-send")).to_be_enabled()
+    wait_until(lambda: get_json(f"{proxy}/sim/stats")["cancelled"] == 1, 10, "the sim to count the request cancelled")
+    assert errors == []
+
+
+def test_performance_view_says_when_sampling_is_off(router_factory):
+    router = router_factory("performance: {disabled: true}\n" + CONFIG)
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/performance")
+        with screenshot_on_exit(page, "ui-performance-off"):
+            expect(page.locator(".view-performance")).to_contain_text("Performance sampling is off")
+            expect(page.locator(".view-performance canvas")).to_have_count(0)
+            expect(page.locator(".view-performance .facts")).to_contain_text("CPU")  # the hardware still
+    # The router's 503 {"enabled": false} is the only console error.
+    assert len(errors) == 1 and "503" in errors[0], errors
+
+
 def post_with_key(url: str, key: str) -> int:
     request = urllib.request.Request(url, method="POST", data=b"", headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -606,6 +659,12 @@ def put_to_sleep(url: str, model: str) -> None:
     wait_until(lambda: model_state(url, model) == "sleeping", 30, f"{model} to be asleep")
 
 
+def newest_row_after(url: str, total: int) -> int | None:
+    """The id of the newest activity row once there are more than `total`."""
+    page = get_json(f"{url}/api/metrics/activity?limit=1")
+    return page["data"][0]["id"] if page["total"] > total else None
+
+
 def model_state(url: str, model: str) -> str:
     return next((entry["state"] for entry in get_json(f"{url}/running")["running"] if entry["model"] == model), "stopped")
 
@@ -618,6 +677,14 @@ def capture_views(browser, url: str, folder: Path, width: int, theme: str = "lig
 
     def shot(name: str) -> None:
         page.screenshot(path=str(folder / f"{name}-{suffix}.png"), full_page=True)
+
+    if width < 860:  # a phone: the views are behind the menu
+        expect(page.locator(".nav")).to_be_hidden()
+        page.get_by_role("button", name="Menu").click()
+        page.locator(".nav").get_by_role("link", name="Logs").click()
+        expect(page.locator(".view-logs")).to_be_visible()
+        expect(page.locator(".nav")).to_be_hidden()
+        page.goto(f"{url}/ui#/models")
 
     expect(state_of(model_row(page, "qwen3-8b"))).to_have_text("sleeping")
     expect(page.locator(".device").first).to_be_visible()
@@ -632,10 +699,12 @@ def capture_views(browser, url: str, folder: Path, width: int, theme: str = "lig
     expect(page.locator("#playground-model option[value=qwen3-8b]")).to_have_count(1)
     page.select_option("#playground-model", "qwen3-8b")
     page.fill("#chat-input", "What is the capital of France?")
+    rows_before = get_json(f"{url}/api/metrics/activity?limit=1")["total"]
     page.keyboard.press("Enter")
     answer = page.locator('.message[data-role="assistant"]').last
     expect(answer).to_have_attribute("data-status", "done")
     expect(answer.locator(".reasoning summary")).to_contain_text("Thought for")
+    chat_row = wait_until(lambda: newest_row_after(url, rows_before), 10, "the playground's request in the activity")
     answer.locator(".reasoning summary").click()  # unfold the thinking for the picture
     shot("playground")
     put_to_sleep(url, "qwen3-8b")  # as it was: the next width's models view shows it asleep
@@ -644,7 +713,7 @@ def capture_views(browser, url: str, folder: Path, width: int, theme: str = "lig
     expect(page.locator('.view-activity .activity-table [data-waited="wake"]').first).to_be_visible()
     expect(page.locator('[data-histogram="duration_histogram"] canvas').first).to_be_visible()
     shot("activity")
-    page.locator(".view-activity .activity-table tbody tr.has-capture").first.click()  # the playground's chat
+    page.locator(f'.view-activity .activity-table tbody tr[data-id="{chat_row}"]').click()  # the playground's chat
     page.locator("#capture").get_by_role("tab", name="Response").click()
     expect(page.locator("#capture .capture-part").nth(1).locator("pre")).to_contain_text("reasoning_content")
     page.screenshot(path=str(folder / f"capture-{suffix}.png"))  # a dialog: the window, not the page under it

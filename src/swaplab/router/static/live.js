@@ -51,7 +51,6 @@ function setConnection(connection) {
 // -- the feed ---------------------------------------------------------------------
 
 let attempt = 0;
-let connectedBefore = false;
 let historyExpected = new Set();
 
 export function connect() {
@@ -91,9 +90,9 @@ function opened() {
   attempt = 0;
   setConnection("live");
   refreshDetails();
-  // Rows written while the feed was down were never announced: whoever shows rows reloads.
-  if (connectedBefore) emit("activity", { resync: true });
-  connectedBefore = true;
+  // Rows written before the feed was up (the page still loading, or the feed down) were
+  // never announced: whoever shows rows reloads.
+  emit("activity", { resync: true });
 }
 
 function dropped() {
