@@ -544,6 +544,52 @@ def test_performance_view_says_when_sampling_is_off(router_factory):
     assert len(errors) == 1 and "503" in errors[0], errors
 
 
+def test_the_pages_pure_functions_in_the_browser(router_factory):
+    # What end-to-end runs rarely meet: a CRLF split across two chunks, a formula in a CSV
+    # cell, a binary body, llama-swap's -1 for "not reported".
+    router = router_factory(CONFIG)
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/models")
+        results = page.evaluate("""async () => {
+            const { readEvents, parseEvent } = await import("/ui/static/sse.js");
+            const { toCsv } = await import("/ui/static/activity.js");
+            const { describeBody } = await import("/ui/static/capture.js");
+            const { count, rate, ms, duration } = await import("/ui/static/format.js");
+            const { dedent } = await import("/ui/static/model.js");
+            const chunks = ["data: one\\r", "\\n\\r\\n: a comment\\n\\nevent: x\\ndata: two\\ndata: lines\\n\\ndata: cut"];
+            const body = new ReadableStream({ start(controller) {
+                for (const chunk of chunks) controller.enqueue(new TextEncoder().encode(chunk));
+                controller.close();
+            } });
+            const events = [];
+            for await (const event of readEvents(body)) events.push(event);
+            const row = { id: 1, timestamp: "t", model: "=HYPERLINK(1)", req_path: "/v1/x", resp_status_code: 200,
+                          resp_content_type: "a, b", tokens: { input_tokens: 3, output_tokens: -1 }, duration_ms: 5, error_msg: 'say "hi"' };
+            return {
+                events,
+                comment: parseEvent(": only a comment"),
+                csv: toCsv([row]).split("\\r\\n")[1],
+                json: describeBody(btoa('{"a":1}'), "application/json"),
+                sse: describeBody(btoa('data: {"a":1}\\n\\n'), "text/event-stream"),
+                binary: describeBody(btoa(String.fromCharCode(0xff, 0xfe, 0x00)), "image/png"),
+                none: describeBody(null, ""),
+                formats: [count(-1), count(1234), rate(-1), rate(0), ms(999), ms(1500), duration(125)],
+                dedent: dedent("  a:\\n    b: 1\\n"),
+            };
+        }""")
+    assert results["events"] == [{"event": "message", "data": "one"}, {"event": "x", "data": "two\nlines"}]
+    assert results["comment"] is None
+    assert results["csv"] == "1,t,'=HYPERLINK(1),,/v1/x,200,\"a, b\",,3,-1,,,,,,5,,,\"say \"\"hi\"\"\""
+    assert results["json"] == {"text": '{\n  "a": 1\n}', "note": "7 B · JSON"}
+    assert results["sse"]["text"] == 'data: {"a":1}\n\n'  # as it was sent, not re-indented
+    assert results["binary"]["text"] == "" and "binary" in results["binary"]["note"]
+    assert results["none"] == {"text": "", "note": "No body captured."}
+    assert results["formats"][0] == "–" and results["formats"][2:5] == ["–", "–", "999 ms"]
+    assert results["formats"][5:] == ["1.50 s", "2:05"]
+    assert results["dedent"] == "a:\n  b: 1"
+    assert errors == []
+
+
 def post_with_key(url: str, key: str) -> int:
     request = urllib.request.Request(url, method="POST", data=b"", headers={"Authorization": f"Bearer {key}"})
     with urllib.request.urlopen(request, timeout=60) as response:

@@ -34,6 +34,11 @@ export function adoptKeyFromAddress() {
   history.replaceState(null, "", `${location.pathname}${query ? `?${query}` : ""}${location.hash}`);
 }
 
+/** A model id as the last part of a path (`/api/models/unload/{id}`): each segment encoded, its slashes kept. */
+export function modelPath(id) {
+  return id.split("/").map(encodeURIComponent).join("/");
+}
+
 export function authHeaders(extra = {}) {
   const key = apiKey();
   return key ? { ...extra, Authorization: `Bearer ${key}` } : { ...extra };

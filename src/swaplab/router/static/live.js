@@ -12,6 +12,11 @@ import { readEvents } from "./sse.js";
 const LOG_LINES_KEPT = 5000;
 const RECONNECT_MS = [1000, 2000, 4000, 5000]; // llama-swap's page backs off the same way
 
+/** How long to wait before reconnecting a stream, after `attempt` failures in a row. */
+export function reconnectDelay(attempt) {
+  return RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)];
+}
+
 export const state = {
   connection: "connecting", // connecting | live | reconnecting | unauthorized
   models: [], // modelStatus entries of local models, sorted by id
@@ -97,9 +102,8 @@ function opened() {
 
 function dropped() {
   setConnection("reconnecting");
-  const delay = RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)];
+  setTimeout(connect, reconnectDelay(attempt));
   attempt += 1;
-  setTimeout(connect, delay);
 }
 
 function receive(text) {

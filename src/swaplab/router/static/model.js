@@ -1,27 +1,21 @@
 // #/models/{id}: one model: its state and actions, its facts, its config entry as written,
 // its live log (`/logs/stream/{id}`, history first) and its own activity.
 
-import { send } from "./api.js";
+import { modelPath, send } from "./api.js";
 import { createActivityTable } from "./activity.js";
 import { h, setText } from "./dom.js";
 import { duration, gib } from "./format.js";
 import { icon } from "./icons.js";
 import { createLogPane } from "./logpane.js";
-import { on, state } from "./live.js";
+import { on, reconnectDelay, state } from "./live.js";
 import { findModel, modelActions, modelChips, modelFacts, modelProblem, setState, stateBadge } from "./modelparts.js";
-
-const RECONNECT_MS = [1000, 2000, 4000, 5000];
-
-function pathOf(id) {
-  return id.split("/").map(encodeURIComponent).join("/");
-}
 
 /** Read the model's plain-text log stream into `pane` until `signal` aborts; reconnect when it drops. */
 async function streamLog(id, pane, signal) {
   const prefix = `[${id}] `;
   for (let attempt = 0; !signal.aborted; attempt += 1) {
     try {
-      const response = await send(`/logs/stream/${pathOf(id)}`, { signal });
+      const response = await send(`/logs/stream/${modelPath(id)}`, { signal });
       pane.reset(); // the stream starts with the history: a reconnect must not show it twice
       pane.setStatus("");
       attempt = 0;
@@ -39,7 +33,7 @@ async function streamLog(id, pane, signal) {
       pane.setStatus(`log stream: ${error.message}`);
     }
     if (signal.aborted) return;
-    await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS[Math.min(attempt, RECONNECT_MS.length - 1)]));
+    await new Promise((resolve) => setTimeout(resolve, reconnectDelay(attempt)));
   }
 }
 

@@ -1,7 +1,7 @@
 // What the models list and a model's own page share: one model's facts joined from the
 // feed and the router's two lists, its state badge, its chips and its action buttons.
 
-import { postJson } from "./api.js";
+import { modelPath, postJson } from "./api.js";
 import { chip, h, setText } from "./dom.js";
 import { ago, duration, gib, stateLabel } from "./format.js";
 import { inflightByModel, refreshDetails, state } from "./live.js";
@@ -140,13 +140,9 @@ const actionSets = new Set();
 
 const VERBS = {
   load: { busy: "Loading…", path: (id) => `/load?model=${encodeURIComponent(id)}` },
-  unload: { busy: "Unloading…", path: (id) => `/api/models/unload/${pathOf(id)}` },
-  sleep: { busy: "Sleeping…", path: (id) => `/api/models/sleep/${pathOf(id)}` },
+  unload: { busy: "Unloading…", path: (id) => `/api/models/unload/${modelPath(id)}` },
+  sleep: { busy: "Sleeping…", path: (id) => `/api/models/sleep/${modelPath(id)}` },
 };
-
-function pathOf(id) {
-  return id.split("/").map(encodeURIComponent).join("/");
-}
 
 async function act(id, verb) {
   pending.set(id, verb);

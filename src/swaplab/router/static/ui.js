@@ -3,7 +3,7 @@
 
 import { adoptKeyFromAddress, ApiError, apiKey, getJson, setApiKey, whenUnauthorized } from "./api.js";
 import { createActivityView } from "./activity.js";
-import { $, h, setText } from "./dom.js";
+import { $, setText } from "./dom.js";
 import { icon } from "./icons.js";
 import { connect, on, state } from "./live.js";
 import { createLogsView } from "./logs.js";
