@@ -6,8 +6,11 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 INSTALLED := $(VENV)/.installed
 MODELS := $(VENV)/.models
+# The web page's two libraries; the stamp names their versions, so a new version is fetched.
+UPLOT := uplot@1.6.32
+ANSI_UP := ansi_up@6.0.6
 UI_VENDOR_DIR := src/swaplab/router/static/vendor
-UI_VENDOR := $(UI_VENDOR_DIR)/.fetched
+UI_VENDOR := $(UI_VENDOR_DIR)/.fetched-$(UPLOT)-$(ANSI_UP)
 LISTEN ?= 127.0.0.1:8080
 PYTEST_ARGS ?=
 
@@ -72,8 +75,6 @@ $(MODELS): $(INSTALLED)
 # npm registry once: `npm pack` downloads the published tarballs, nothing is built or
 # installed, and only the files the page loads (and their licences) are kept. Without npm
 # the page still works, without charts and log colours, and says so.
-UPLOT := uplot@1.6.32
-ANSI_UP := ansi_up@6.0.6
 
 ui-vendor: $(UI_VENDOR)
 

@@ -93,7 +93,7 @@ async def test_nothing_outside_the_static_folders_is_served():
             "/ui/static/vendor/../ui.js",
             "/ui/static/vendor/..%2f..%2fui.py",
             "/ui/static/vendor/%2e%2e%2fui.js",
-            "/ui/static/vendor/.fetched",
+            "/ui/static/vendor/.fetched-uplot@1.6.32-ansi_up@6.0.6",
             "/ui/static/vendor/uPlot.LICENSE",
             "/ui/static/ui.html",
             "/ui/static/vendor/",
