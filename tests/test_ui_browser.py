@@ -623,7 +623,10 @@ THINKING_SCRIPT = {
 
 
 def demo_config(folder: Path) -> str:
-    """A fleet that shows every state the page draws: GPUs, a sleeper, a crash, a peer, a profile."""
+    """A fleet that shows every state the page draws: GPUs, a sleeper, a crash, a peer, a profile,
+    and a real llama.cpp model for real prefill and decode speeds."""
+    from swaplab.builtin.models import smollm2_path
+
     colour = folder / "colour_sim.py"
     colour.write_text(COLOUR_SIM)
     script = folder / "thinking.json"
@@ -656,6 +659,14 @@ models:
     aliases: [gemma]
     devices: [1]
     capabilities: {{context: 131072}}
+  smollm2:
+    name: SmolLM2 135M
+    description: llama.cpp on the CPU, for real prefill and decode speeds.
+    cmd: {PYTHON} -m swaplab.builtin.llamacpp --model {smollm2_path()} --port ${{PORT}} --ctx-size 2048 --threads 2
+    proxy: http://127.0.0.1:${{PORT}}
+    timeouts: {{idleConn: 4}}
+    devices: [0]
+    vramGiB: 0.5
   mistral-small:
     name: Mistral Small 3.2
     description: Exits while loading, to show a failed start.
@@ -682,6 +693,8 @@ def demo_traffic(url: str) -> None:
     for size in (8, 30, 60, 120):
         chat(url, "embedder", max_tokens=size)
     chat(url, "gemma", content="summarise this", max_tokens=80, stream=True)  # stops nothing: GPU 1
+    for question in ("Name three colours.", "What is a GPU?", "Say hello in French.", "Count to five."):
+        chat(url, "smollm2", content=question, max_tokens=24)
     put_to_sleep(url, "qwen3-8b")
     chat(url, "qwen", content="are you awake?", max_tokens=20, stream=True)  # a wake
     try:
