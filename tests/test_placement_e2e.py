@@ -184,7 +184,7 @@ models:
             assert lease.backend.pid and alive(lease.backend.pid)
         devices = {entry["id"]: entry for entry in fleet.devices_status()}
         assert devices[0] == {
-            "id": 0, "name": "fake0", "vram_gib": 16.0, "claimed_gib": 8.5, "models": {"fits": 8.5},
+            "id": 0, "name": "fake0", "vram_gib": 16.0, "claimed_gib": 8.5, "models": {"fits": 8.5}, "asleep": {},
             "nvml_name": "Fake GPU", "total_gib": 16.0, "used_gib": 1.0, "free_gib": 15.0,
         }
         assert devices[1]["claimed_gib"] == 0 and devices[1]["free_gib"] == 3.2

@@ -303,3 +303,19 @@ async def test_the_sleep_button_puts_an_idle_model_to_sleep_and_says_why_not_oth
             assert response.status == 409 and "no sleep:" in (await response.json())["error"]["message"]
         async with session.post(f"{url}/api/models/sleep/nope") as response:
             assert response.status == 404
+
+
+async def test_a_sleepers_device_claim_is_listed_apart_and_frees_the_device(router_factory):
+    """With declared devices, memory decides who must leave; a sleeper's claim is shown asleep, not held."""
+    on_device = "\n    devices: [0]\n    vramGiB: 12"
+    router = router_factory("devices:\n  0: {name: fake, vramGiB: 16}\n" + config(
+        sleepy("a", "vllm") + on_device, sleepy("b", "vllm") + on_device,
+    ))
+    url = router.url
+    async with aiohttp.ClientSession() as session:
+        await ask(session, url, "a")
+        await ask(session, url, "b")  # 12 + 12 > 16: a must leave, and sleeps
+        async with session.get(f"{url}/running") as response:
+            listed = await response.json()
+    (device,) = listed["devices"]
+    assert (device["models"], device["asleep"], device["claimed_gib"]) == ({"b": 12.0}, {"a": 12.0}, 12.0)

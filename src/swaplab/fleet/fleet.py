@@ -680,11 +680,13 @@ class Fleet:
     def devices_status(self) -> list[dict[str, Any]]:
         """One entry per declared device (and per device NVML sees): size, claims, real memory (`status.device_entries`)."""
         held: dict[int, dict[str, float | None]] = {}
+        asleep: dict[int, dict[str, float | None]] = {}
         for backend in self._backends.values():
             if backend.state is not State.STOPPED:
+                holders = asleep if backend.state is State.SLEEPING else held  # a sleeper holds no GPU
                 for device, amount in claims(self.config, backend.id).items():
-                    held.setdefault(device, {})[backend.id] = amount
-        return device_entries(self.config, self.device_probe.read() or {}, held)
+                    holders.setdefault(device, {})[backend.id] = amount
+        return device_entries(self.config, self.device_probe.read() or {}, held, asleep)
 
     def state_of(self, model_id: str) -> State:
         backend = self._backends.get(model_id)

@@ -83,11 +83,14 @@ def _sleep_json(backend: Backend, host_gib: float | None) -> dict[str, Any]:
 
 
 def device_entries(
-    config: Config, readings: Mapping[int, DeviceReading], held: Mapping[int, Mapping[str, float | None]]
+    config: Config,
+    readings: Mapping[int, DeviceReading],
+    held: Mapping[int, Mapping[str, float | None]],
+    asleep: Mapping[int, Mapping[str, float | None]] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per declared device (and per device NVML sees): size, claims, real memory.
 
-    `held` is each device's claims by the models not stopped. `vram_gib` is the declared
+    `held` is each device's claims by the models holding the GPU, `asleep` the sleeping models'. `vram_gib` is the declared
     size (None when not declared), `claimed_gib` the sum of the claims, `models` each
     one's claim (None = the whole of a device of undeclared size); `total_gib`,
     `used_gib`, `free_gib` and `nvml_name` are NVML's reading, present only when NVML
@@ -104,6 +107,8 @@ def device_entries(
             "vram_gib": declared.vram_gib if declared and declared.vram_gib else None,
             "claimed_gib": round(sum(a for a in models.values() if a is not None), 3),
             "models": {m: (None if a is None else round(a, 3)) for m, a in models.items()},
+            # Sleeping models' claims: theirs again when they wake, not held now (not in claimed_gib).
+            "asleep": {m: (None if a is None else round(a, 3)) for m, a in (asleep or {}).get(device, {}).items()},
         }
         if reading is not None:
             entry.update(

@@ -60,8 +60,9 @@ function updateModelRow(row, model) {
 
 function deviceCard(device) {
   const capacity = device.vram_gib ?? device.total_gib ?? null;
-  const holders = Object.entries(device.models || {});
-  const asleep = new Set(state.models.filter((model) => model.state === "sleeping").map((model) => model.id));
+  // Sleepers hold no GPU: the router lists their claims apart (`asleep`), shown hatched after the rest.
+  const holders = [...Object.entries(device.models || {}), ...Object.entries(device.asleep || {})];
+  const asleep = new Set(Object.keys(device.asleep || {}));
   const claimText = (model, amount) => `${model} · ${amount === null ? "whole device" : gib(amount)}${asleep.has(model) ? " · asleep" : ""}`;
   const meter = h("div", { class: "meter", role: "img" });
   const claimed = Number(device.claimed_gib) || 0;
