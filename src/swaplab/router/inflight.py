@@ -33,7 +33,7 @@ class Flight:
 
     __slots__ = ("id", "observation", "request", "task", "published")
 
-    def __init__(self, flight_id: str, observation: RequestObservation, request: web.Request,
+    def __init__(self, flight_id: int, observation: RequestObservation, request: web.Request,
                  task: asyncio.Task[Any] | None):
         self.id = flight_id
         self.observation = observation
@@ -50,7 +50,7 @@ class InFlight:
     def __init__(self, events: EventHub, secrets: Callable[[], tuple[str, ...]]):
         self._events = events
         self._secrets = secrets
-        self._flights: dict[str, Flight] = {}
+        self._flights: dict[int, Flight] = {}
         self._ids = itertools.count(1)
         self._ticker: asyncio.TimerHandle | None = None
 
@@ -59,12 +59,8 @@ class InFlight:
 
     def add(self, observation: RequestObservation, request: web.Request) -> None:
         """A request arrived (on its own handler task)."""
-        task = asyncio.current_task()
-        flight = Flight(str(next(self._ids)), observation, request, task)
+        flight = observation.flight = Flight(next(self._ids), observation, request, asyncio.current_task())
         self._flights[flight.id] = flight
-        observation.flight = flight
-        if task is not None:  # however the handler ends, no request stays listed after it
-            task.add_done_callback(lambda _: self.remove(observation))
         if self._events.listening:
             self._publish_upsert(flight)
             self._tick_soon()
@@ -77,7 +73,7 @@ class InFlight:
         observation.flight = None
         del self._flights[flight.id]
         if self._events.listening:
-            self._events.publish("inflight", {"operation": "remove", "id": flight.id})
+            self._events.publish("inflight", {"operation": "remove", "id": str(flight.id)})
 
     def cancel(self, flight_id: str) -> bool:
         """End the request now; False when no such request is on its way.
@@ -87,8 +83,9 @@ class InFlight:
         cancelled. A request still waiting for its model: its handler is cancelled, as when
         its client leaves while queued.
         """
-        flight = self._flights.get(flight_id)
-        if flight is None or flight.task is None or flight.task.done():
+        self._prune()
+        flight = self._flights.get(int(flight_id)) if flight_id.isdigit() else None
+        if flight is None or flight.task is None:
             return False
         observation = flight.observation
         if observation.upstream is not None and not observation.upstream.closed:
@@ -100,7 +97,8 @@ class InFlight:
 
     def snapshot(self) -> dict[str, Any]:
         """`{"operation": "snapshot", "requests": [...]}`, oldest first (llama-swap omits an empty list)."""
-        flights = sorted(self._flights.values(), key=lambda f: int(f.id))  # ids count up: oldest first
+        self._prune()
+        flights = sorted(self._flights.values(), key=lambda f: f.id)  # ids count up: oldest first
         message: dict[str, Any] = {"operation": "snapshot"}
         if flights:
             message["requests"] = [self.entry(flight) for flight in flights]
@@ -113,7 +111,7 @@ class InFlight:
         sent = response is not None and response.prepared
         secrets = self._secrets()
         entry: dict[str, Any] = {
-            "id": flight.id,
+            "id": str(flight.id),
             "timestamp": datetime.fromtimestamp(observation.time).astimezone().isoformat(timespec="microseconds"),
             "model": observation.model,
             "req_path": request.path,
@@ -130,6 +128,12 @@ class InFlight:
             entry["metadata"] = observation.metadata
         return entry
 
+    def _prune(self) -> None:
+        """Drop a request whose handler ended without its observation ending (an error nobody foresaw):
+        checked when the list is read, so the request path pays nothing for it."""
+        for flight in [f for f in self._flights.values() if f.task is not None and f.task.done()]:
+            self.remove(flight.observation)
+
     def _publish_upsert(self, flight: Flight) -> None:
         response = flight.observation.response
         flight.published = (flight.observation.sent_bytes, response is not None and response.prepared)
@@ -144,6 +148,7 @@ class InFlight:
         self._ticker = None
         if not self._events.listening or not self._flights:
             return
+        self._prune()
         for flight in self._flights.values():
             response = flight.observation.response
             if flight.published != (flight.observation.sent_bytes, response is not None and response.prepared):
