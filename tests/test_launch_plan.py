@@ -70,11 +70,12 @@ def values_of(argv: tuple[str, ...], flag: str) -> list[str]:
     return [argv[index + 1] for index, word in enumerate(argv) if word == flag]
 
 
-def check_golden(plan: Plan, name: str) -> None:
-    """Compare `plan --json` with the golden file; the recipe's folder reads <recipe-dir>."""
-    text = json.dumps(plan_json(plan), indent=2) + "\n"
+def check_golden(plan: Plan, name: str, *, as_text: bool = False) -> None:
+    """Compare `plan --json` (or, `as_text`, the plan as `plan` prints it) with the golden
+    file; the recipe's folder reads <recipe-dir>."""
+    text = plan_text(plan) if as_text else json.dumps(plan_json(plan), indent=2) + "\n"
     text = text.replace(str(plan.recipe.path.parent), "<recipe-dir>")
-    golden = GOLDEN / f"{name}.json"
+    golden = GOLDEN / f"{name}.{'txt' if as_text else 'json'}"
     if os.environ.get("SWAPLAB_UPDATE_GOLDEN"):
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
@@ -87,6 +88,12 @@ def check_golden(plan: Plan, name: str) -> None:
 
 def test_golden_seed_vllm_mp():
     check_golden(plan_of(SEED), "glm53-flash-exl3-mp")
+
+
+def test_golden_seed_as_printed_keeps_the_images_entrypoint_and_runs_vllm_serve_after_the_image():
+    """The seed as a person reads its plan: no --entrypoint, `IMAGE vllm serve MODEL`, so the
+    NGC wrapper of the image runs first and execs `vllm serve`."""
+    check_golden(plan_of(SEED), "glm53-flash-exl3-mp", as_text=True)
 
 
 def test_golden_seed_vllm_ray(tmp_path):
@@ -137,12 +144,68 @@ def test_vllm_mp_rendezvous_headless_only_on_the_worker_and_no_duplicate_backend
     assert plan.head_url == f"http://{HEAD_IP}:30000"
 
 
-def test_the_entrypoint_is_explicit_so_an_ngc_wrapper_cannot_swallow_vllm_serve():
-    argv = rank_argv(plan_of(SEED), 0)
-    image = argv.index("glm53-flash-exl3:local")
-    assert argv[image - 2 : image + 3] == (
-        "--entrypoint", "vllm", "glm53-flash-exl3:local", "serve", "brandonmusic/GLM-5.3-Flash-tr3-4bpw",
+def test_the_images_entrypoint_stays_and_runs_vllm_serve_named_after_the_image():
+    # The seed's image is NGC-based: its wrapper (/opt/nvidia/nvidia_entrypoint.sh) sets up CUDA
+    # forward compatibility, then execs the first word after the image as a program.
+    plan = plan_of(SEED)
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        assert "--entrypoint" not in argv
+        image = argv.index("glm53-flash-exl3:local")
+        assert argv[image - 2 : image + 4] == (
+            "-v", "~/.cache/glm53-exl3-jit/vllm:/root/.cache/vllm",
+            "glm53-flash-exl3:local", "vllm", "serve", "brandonmusic/GLM-5.3-Flash-tr3-4bpw",
+        )
+
+
+def seed_variant(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """The seed with one line replaced, in a folder of its own (named like the seed's, so its
+    slug, container names and labels are the seed's)."""
+    text = SEED.read_text()
+    assert text.count(old) == 1
+    folder = tmp_path / name / SEED.parent.name
+    folder.mkdir(parents=True)
+    (folder / "recipe.toml").write_text(text.replace(old, new))
+    return folder / "recipe.toml"
+
+
+def test_replace_image_entrypoint_makes_the_first_word_the_entrypoint_and_the_rest_follow_the_image(tmp_path):
+    recipe = seed_variant(
+        tmp_path, "replaced", 'entrypoint = ["vllm", "serve"]', 'entrypoint = ["vllm", "serve"]\nreplace_image_entrypoint = true',
     )
+    plan = plan_of(recipe)
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        image = argv.index("glm53-flash-exl3:local")
+        assert argv[image - 2 : image + 3] == (
+            "--entrypoint", "vllm", "glm53-flash-exl3:local", "serve", "brandonmusic/GLM-5.3-Flash-tr3-4bpw",
+        )
+        assert argv.count("--entrypoint") == 1
+    # Nothing else moves: under one run id, the same argv once the entrypoint is put back
+    # after the image (the recipe's hash, in a label, differs with its text).
+    cluster = get_cluster(CLUSTERS, "ds4")
+    kept = make_plan(load_recipe(SEED), cluster, run_id="run")
+    replaced = list(rank_argv(make_plan(load_recipe(recipe), cluster, run_id="run"), 0))
+    at = replaced.index("--entrypoint")
+    del replaced[at : at + 2]
+    replaced.insert(replaced.index("glm53-flash-exl3:local") + 1, "vllm")
+    assert [word for word in replaced if "recipe-hash=" not in word] == [
+        word for word in rank_argv(kept, 0) if "recipe-hash=" not in word
+    ]
+
+
+def test_without_an_entrypoint_the_engines_command_follows_the_image_too(tmp_path):
+    recipe = seed_variant(tmp_path, "default-command", 'entrypoint = ["vllm", "serve"]\n', "")
+    argv = rank_argv(plan_of(recipe), 0)
+    image = argv.index("glm53-flash-exl3:local")
+    assert "--entrypoint" not in argv and argv[image : image + 3] == ("glm53-flash-exl3:local", "vllm", "serve")
+
+
+def test_the_download_helper_replaces_the_entrypoint_whatever_the_recipe_says(tmp_path):
+    recipe = seed_variant(tmp_path, "online", 'HF_HUB_OFFLINE = "1"\n', "")
+    (download,) = [step for step in plan_of(recipe).nodes[0].steps if step.name == "download-models"]
+    image = download.argv.index("glm53-flash-exl3:local")
+    assert download.argv[image - 2 : image + 2] == ("--entrypoint", "python3", "glm53-flash-exl3:local", "-c")
 
 
 def test_every_rank_gets_hf_home_from_the_mount_the_nccl_table_and_its_own_fabric_ip():
@@ -280,8 +343,10 @@ def test_vllm_ray_starts_ray_head_then_workers_then_serve_in_the_head_container(
     plan = plan_of(seed_with_ray(tmp_path))
     assert plan.start_order == ((0, "ray-head"), (1, "ray-worker"), (0, "serve"))
     head = rank_argv(plan, 0, "ray-head")
-    assert head[head.index("--entrypoint") + 1 :][:2] == ("ray", "glm53-flash-exl3:local")
-    assert head[-7:] == ("start", "--head", "--port", "6379", "--node-ip-address", HEAD_IP, "--block")
+    assert "--entrypoint" not in head
+    assert head[head.index("glm53-flash-exl3:local") :] == (
+        "glm53-flash-exl3:local", "ray", "start", "--head", "--port", "6379", "--node-ip-address", HEAD_IP, "--block",
+    )
     worker = rank_argv(plan, 1, "ray-worker")
     assert values_of(worker, "--address") == [f"{HEAD_IP}:6379"]
     assert values_of(worker, "--node-ip-address") == [WORKER_IP]
@@ -299,7 +364,8 @@ def test_sglang_ranks_meet_through_dist_init_addr():
     plan = plan_of(FIXTURES / "glm-sglang")
     for rank in (0, 1):
         argv = rank_argv(plan, rank)
-        assert argv[argv.index("--entrypoint") + 1 :][:4] == ("python3", "lmsysorg/sglang:spark", "-m", "sglang.launch_server")
+        assert "--entrypoint" not in argv
+        assert argv[argv.index("lmsysorg/sglang:spark") :][:4] == ("lmsysorg/sglang:spark", "python3", "-m", "sglang.launch_server")
         assert values_of(argv, "--dist-init-addr") == [f"{HEAD_IP}:20000"]
         assert values_of(argv, "--nnodes") == ["2"] and values_of(argv, "--node-rank") == [str(rank)]
         assert values_of(argv, "--tp-size") == ["2"] and "--pp-size" not in argv
@@ -317,9 +383,28 @@ def test_llamacpp_workers_serve_rpc_on_their_fabric_ip_and_start_before_the_head
         "/app/rpc-server", "ghcr.io/ggml-org/llama.cpp:full-cuda", "--host", WORKER_IP, "--port", "50052",
     )
     head = rank_argv(plan, 0)
+    assert head[head.index("--entrypoint") + 1 :][:3] == ("/app/llama-server", "ghcr.io/ggml-org/llama.cpp:full-cuda", "--alias")
     assert values_of(head, "--rpc") == [f"{WORKER_IP}:50052"]
     assert values_of(head, "--model") == ["/models/gemma-3-27b-it-Q4_K_M.gguf"]
     assert "HF_HOME=/mnt/nas/ai/huggingface" not in values_of(head, "-e")
+
+
+def test_llamacpp_images_entrypoint_is_replaced_unless_the_recipe_keeps_it(tmp_path):
+    # ggml-org's images run llama-server or tools.sh as their entrypoint: a command after the
+    # image would be its arguments. A recipe whose image has a wrapper says so.
+    text = (FIXTURES / "gemma-llamacpp" / "recipe.toml").read_text()
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    (folder / "recipe.toml").write_text(text.replace('port = 30000\n', 'port = 30000\nreplace_image_entrypoint = false\n'))
+    plan = plan_of(folder)
+    worker, head = rank_argv(plan, 1), rank_argv(plan, 0)
+    assert "--entrypoint" not in worker and "--entrypoint" not in head
+    assert worker[worker.index("ghcr.io/ggml-org/llama.cpp:full-cuda") :] == (
+        "ghcr.io/ggml-org/llama.cpp:full-cuda", "/app/rpc-server", "--host", WORKER_IP, "--port", "50052",
+    )
+    assert head[head.index("ghcr.io/ggml-org/llama.cpp:full-cuda") :][:3] == (
+        "ghcr.io/ggml-org/llama.cpp:full-cuda", "/app/llama-server", "--alias",
+    )
 
 
 # --- process engine and the cluster's limits -------------------------------------------------

@@ -54,6 +54,7 @@ def test_the_seed_parses_as_is():
     assert recipe.distributed_backend == "mp"
     assert recipe.shm_size == "32gb"
     assert recipe.entrypoint == ("vllm", "serve")
+    assert recipe.replace_image_entrypoint is False
     assert recipe.port == 30000
     assert recipe.env["HF_HUB_OFFLINE"] == "1" and recipe.offline
     assert len(recipe.env) == 8
@@ -167,7 +168,7 @@ ready = ["(unclosed"]
 """)
     assert faults_of(load_recipe, path) == [
         f"{path}:4: tensor_parallel_size must be a whole number, not a string '2'",
-        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, distributed_backend, shm_size, entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness",
+        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, distributed_backend, shm_size, entrypoint, replace_image_entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness",
         f"{path}:6: args must be an array of strings, not an array [{', '.join(repr(x) for x in ['--served-model-name', 'm', '--nnodes', '2', True])}]: element 4 is a boolean; write it as a string",
         f"{path}:11: port must be a port number, not an integer 70000: a port is 1 to 65535",
         f"{path}:15: env.FLAG must be a string, not a boolean; quote it",
@@ -225,6 +226,24 @@ def test_missing_required_keys_and_engine_mismatches(tmp_path):
     path = write(tmp_path, 'engine = "llamacpp"\ndocker_image = "x"\nmodel = "/m.gguf"\ntensor_parallel_size = 2\n', "l.toml")
     assert faults_of(load_recipe, path) == [
         f"{path}:4: tensor_parallel_size means nothing to llama.cpp, which splits layers across its RPC workers; remove it",
+    ]
+
+
+def test_replace_image_entrypoint_defaults_by_engine_and_is_a_container_key(tmp_path):
+    # vLLM and SGLang images (NGC's wrapper) run the command after the image; llama.cpp's
+    # images have a server binary as their entrypoint, so it is replaced unless the recipe says.
+    common = 'docker_image = "img:1"\nmodel = "/m.gguf"\n'
+    for engine, default in (("vllm", False), ("sglang", False), ("llamacpp", True)):
+        assert load_recipe(write(tmp_path, f'engine = "{engine}"\n{common}', f"{engine}.toml")).replace_image_entrypoint is default
+        flipped = f'engine = "{engine}"\n{common}replace_image_entrypoint = {str(not default).lower()}\n'
+        assert load_recipe(write(tmp_path, flipped, f"{engine}-flipped.toml")).replace_image_entrypoint is not default
+    path = write(tmp_path, f'engine = "vllm"\n{common}replace_image_entrypoint = "yes"\n', "bad.toml")
+    assert faults_of(load_recipe, path) == [
+        f"{path}:4: replace_image_entrypoint must be true or false, not a string 'yes'",
+    ]
+    path = write(tmp_path, 'engine = "process"\nargs = ["true"]\nreplace_image_entrypoint = true\n', "process.toml")
+    assert faults_of(load_recipe, path) == [
+        f'{path}:3: replace_image_entrypoint means nothing to engine = "process" (it runs args directly, no container); remove it',
     ]
 
 

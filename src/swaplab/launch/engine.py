@@ -56,6 +56,10 @@ class Engine(Protocol):
     """Whether its ranks run in containers (all but `process`)."""
     default_entrypoint: tuple[str, ...]
     """The server command when the recipe gives no `entrypoint`."""
+    replaces_image_entrypoint: bool
+    """The default of the recipe's `replace_image_entrypoint`: whether the usual images of this
+    engine need the server command as their entrypoint (their own is a server binary that
+    would take the command as its arguments) rather than after the image."""
     model_is_hub_repo: bool
     """Whether `model` names a Hugging Face repo (downloaded and mirrored)."""
     readiness: Readiness
@@ -128,9 +132,13 @@ class Gang:
     def docker_run(self, rank: int, command: Sequence[str]) -> tuple[str, ...]:
         """The `docker run` of rank `rank` running `command` in the recipe's image.
 
-        `--entrypoint` takes one word, so the command's first word replaces the image's
-        entrypoint (an NGC wrapper that would swallow `vllm serve`) and the rest follow
-        the image name.
+        The command follows the image, so the image's own entrypoint runs it: NGC's wrapper
+        (/opt/nvidia/nvidia_entrypoint.sh) sets up CUDA forward compatibility and the rest of
+        its entrypoint.d before it execs the command, and it execs the first word as a file,
+        which is why the command names its program (`vllm serve`, not just the model). With
+        `replace_image_entrypoint`, the command's first word replaces the image's entrypoint
+        (`--entrypoint` takes one word) and the rest follow the image: for images whose
+        entrypoint is a server itself (vllm/vllm-openai's `vllm serve`, llama.cpp's).
         """
         recipe = self.recipe
         argv = ["docker", "run", "--rm", "--name", self.container_name(rank)]
@@ -144,7 +152,11 @@ class Gang:
             argv += ["-e", f"{key}={value}"]
         for mount in self.mounts:
             argv += ["-v", f"{mount.host}:{mount.container}"]
-        argv += ["--entrypoint", command[0], recipe.docker_image or "", *command[1:]]
+        image = recipe.docker_image or ""
+        if recipe.replace_image_entrypoint:
+            argv += ["--entrypoint", command[0], image, *command[1:]]
+        else:
+            argv += [image, *command]
         return tuple(argv)
 
 

@@ -207,6 +207,11 @@ def _download_step(recipe: Recipe, hub: Mount, models: tuple[str, ...]) -> Step:
     argv = ["docker", "run", "--rm", "--network", "host", "-e", f"HF_HOME={hub.container}"]
     for key, value in recipe.env.items():
         argv += ["-e", f"{key}={value}"]
+    # A helper, not a rank: it replaces the image's entrypoint whatever the recipe says, since
+    # that entrypoint may be a server (vllm/vllm-openai's `vllm serve`, llama.cpp's binaries)
+    # that would take `python3 -c ...` as its own arguments. It runs no GPU work (no --gpus),
+    # so the NGC wrapper's CUDA setup that ranks keep is not needed here; the seed's own
+    # download recipe runs the same way (`docker run --rm --entrypoint python3 ...`).
     argv += ["-v", f"{hub.host}:{hub.container}", "--entrypoint", "python3", recipe.docker_image or ""]
     argv += ["-c", DOWNLOAD_SCRIPT, *models]
     return Step("download-models", tuple(argv), "prepare")

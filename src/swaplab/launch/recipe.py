@@ -1,7 +1,7 @@
 """Reading a recipe (`recipe.toml`): one model served by one engine across a number of nodes.
 
 The schema is the seed's (the user's own launcher), plus a few optional keys:
-`drop_caches`, `extra_models`, `rendezvous_port` and `[readiness]`. Every fault of a
+`drop_caches`, `extra_models`, `rendezvous_port`, `replace_image_entrypoint` and `[readiness]`. Every fault of a
 file is reported in one pass, each at the `FILE:LINE` of its key. The `Recipe` it makes
 is swaplab.launch.spec's.
 """
@@ -36,14 +36,14 @@ DEFAULT_PORT = 30000
 RECIPE_KEYS = (
     "engine", "name", "docker_image", "docker_image_dir", "model", "extra_models", "required_nodes",
     "tensor_parallel_size", "pipeline_parallel_size", "distributed_backend", "shm_size", "entrypoint",
-    "args", "port", "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness",
+    "replace_image_entrypoint", "args", "port", "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness",
 )
 MOUNT_KEYS = ("host", "container", "env")
 READINESS_KEYS = ("path", "ready", "fatal", "timeout")
 DISTRIBUTED_BACKENDS = ("mp", "ray")
 NO_READINESS = Readiness(path=None, ready=(), fatal=(), timeout=600.0)
 """The readiness defaults of a recipe whose engine is unknown (its faults are reported anyway)."""
-CONTAINER_ONLY_KEYS = ("docker_image", "docker_image_dir", "shm_size", "extra_mounts")
+CONTAINER_ONLY_KEYS = ("docker_image", "docker_image_dir", "shm_size", "replace_image_entrypoint", "extra_mounts")
 """Keys that mean nothing to `engine = "process"`, which runs `args` directly."""
 
 
@@ -90,6 +90,10 @@ def load_recipe(path: str | Path) -> Recipe:
         distributed_backend=backend,
         shm_size=checker.get(top, (), "shm_size", _as_word, "a size such as \"32gb\""),
         entrypoint=checker.get(top, (), "entrypoint", _as_command, "a command as an array of words", default=()),
+        replace_image_entrypoint=checker.get(
+            top, (), "replace_image_entrypoint", as_boolean, "true or false",
+            default=engine is not None and engine.replaces_image_entrypoint,
+        ),
         args=args,
         port=checker.get(top, (), "port", as_port, "a port number", default=DEFAULT_PORT),
         env=MappingProxyType(env),

@@ -53,6 +53,9 @@ class Recipe:
     distributed_backend: str
     shm_size: str | None
     entrypoint: tuple[str, ...]
+    replace_image_entrypoint: bool
+    """Run the server command as the container's entrypoint (`--entrypoint FIRST IMAGE REST...`)
+    instead of after the image, where the image's own entrypoint (NGC's wrapper) runs it."""
     args: tuple[str, ...]
     port: int
     env: Mapping[str, str]

@@ -23,6 +23,9 @@ class Llamacpp:
     order = 2
     uses_docker = True
     default_entrypoint = ("llama-server",)
+    # ggml-org's images have a binary (llama-server, llama-cli) or tools.sh as their
+    # entrypoint, none of which runs a command given after the image.
+    replaces_image_entrypoint = True
     model_is_hub_repo = False
     readiness = Readiness(
         path="/health",

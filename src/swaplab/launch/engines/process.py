@@ -19,6 +19,7 @@ class Process:
     order = 3
     uses_docker = False
     default_entrypoint: tuple[str, ...] = ()
+    replaces_image_entrypoint = False
     model_is_hub_repo = False
     readiness = Readiness(path=None, ready=(), fatal=(), timeout=120.0)
     reserved_flags: tuple[str, ...] = ()

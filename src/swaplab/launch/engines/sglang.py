@@ -16,6 +16,7 @@ class Sglang:
     order = 1
     uses_docker = True
     default_entrypoint = ("python3", "-m", "sglang.launch_server")
+    replaces_image_entrypoint = False
     model_is_hub_repo = True
     readiness = Readiness(
         path="/health",

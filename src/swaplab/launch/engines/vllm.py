@@ -23,6 +23,9 @@ class Vllm:
     order = 0
     uses_docker = True
     default_entrypoint = ("vllm", "serve")
+    # NGC-based images (the seed's) keep their wrapper entrypoint; vllm/vllm-openai's is
+    # `vllm serve` itself and needs replace_image_entrypoint = true.
+    replaces_image_entrypoint = False
     model_is_hub_repo = True
     # The seed boots in ~20 minutes (and sets VLLM_ENGINE_READY_TIMEOUT_S = 3600).
     readiness = Readiness(
