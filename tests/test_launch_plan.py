@@ -407,6 +407,37 @@ def test_llamacpp_images_entrypoint_is_replaced_unless_the_recipe_keeps_it(tmp_p
     )
 
 
+def test_data_parallel_size_reaches_every_rank_the_engines_way(tmp_path):
+    vllm = seed_variant(tmp_path, "dp", "tensor_parallel_size = 2\n", "tensor_parallel_size = 1\ndata_parallel_size = 2\n")
+    plan = plan_of(vllm)
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        assert values_of(argv, "--data-parallel-size") == ["2"]
+        assert values_of(argv, "--tensor-parallel-size") == ["1"]
+    assert "engine   vllm (mp), 2 node(s), TP 1, PP 1, DP 2\n" in plan_text(plan)
+    assert ", DP" not in plan_text(plan_of(SEED)) and "--data-parallel-size" not in rank_argv(plan_of(SEED), 0)
+    text = (FIXTURES / "glm-sglang" / "recipe.toml").read_text()
+    folder = tmp_path / "glm-sglang-dp"
+    folder.mkdir()
+    (folder / "recipe.toml").write_text(text.replace("tensor_parallel_size = 2\n", "data_parallel_size = 2\n"))
+    plan = plan_of(folder)
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        assert values_of(argv, "--dp-size") == ["2"] and values_of(argv, "--tp-size") == ["1"]
+
+
+def test_the_plan_command_refuses_sizes_that_do_not_fill_the_nodes_at_the_recipes_line(tmp_path):
+    recipe = seed_variant(tmp_path, "tp1", "tensor_parallel_size = 2\n", "tensor_parallel_size = 1\n")
+    done = run_swaplab("launch", "plan", str(recipe), "--cluster", "ds4", "--clusters", str(CLUSTERS))
+    assert done.returncode == 2 and done.stdout == ""
+    line = recipe.read_text().splitlines().index("tensor_parallel_size = 1") + 1
+    assert done.stderr.splitlines() == [
+        (f"{recipe}:{line}: tensor_parallel_size 1 x pipeline_parallel_size 1 x data_parallel_size 1 = 1 GPU, "
+        "but 2 nodes x 1 GPU each = 2: every GPU of the gang runs one rank, so make the sizes' product 2 "
+        "or set required_nodes = 1 (a node counts as 1 GPU; set gpus_per_node for nodes with more)"),
+    ]
+
+
 # --- process engine and the cluster's limits -------------------------------------------------
 
 LOOPBACK = Cluster(

@@ -168,7 +168,7 @@ ready = ["(unclosed"]
 """)
     assert faults_of(load_recipe, path) == [
         f"{path}:4: tensor_parallel_size must be a whole number, not a string '2'",
-        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, distributed_backend, shm_size, entrypoint, replace_image_entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness",
+        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, data_parallel_size, gpus_per_node, distributed_backend, shm_size, entrypoint, replace_image_entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness",
         f"{path}:6: args must be an array of strings, not an array [{', '.join(repr(x) for x in ['--served-model-name', 'm', '--nnodes', '2', True])}]: element 4 is a boolean; write it as a string",
         f"{path}:11: port must be a port number, not an integer 70000: a port is 1 to 65535",
         f"{path}:15: env.FLAG must be a string, not a boolean; quote it",
@@ -184,6 +184,7 @@ engine = "vllm"
 docker_image = "img:1"
 model = "org/model"
 tensor_parallel_size = 2
+required_nodes = 2
 args = [
     "--tensor-parallel-size", "2",
     "--port=8000",
@@ -192,9 +193,34 @@ args = [
 ]
 """)
     assert faults_of(load_recipe, path) == [
-        f"{path}:7: args set --port=8000 8000 but port means --port 30000; set port and drop the flag",
-        f"{path}:8: remove --master-addr from args: the launcher sets it for each rank",
-        f"{path}:9: remove --model from args: `model` is passed as vllm serve's first argument",
+        f"{path}:8: args set --port to 8000, but port is 30000 and the launcher passes that: set port = 8000 and drop the flag",
+        f"{path}:9: remove --master-addr from args: the launcher sets it for each rank",
+        f"{path}:10: remove --model from args: `model` is passed as vllm serve's first argument",
+    ]
+
+
+@pytest.mark.parametrize("written", ['"--tensor-parallel-size=4"', '"--tensor-parallel-size", "4"', '"-tp", "4"', '"-tp=4"'])
+def test_a_tensor_parallel_flag_against_the_key_names_both_values_once(tmp_path, written):
+    # It used to read `args set --tensor-parallel-size=4 4 but ...`: the value twice, the key's never.
+    flag = written.split(",")[0].strip('"').partition("=")[0]
+    path = write(tmp_path, f"""\
+engine = "vllm"
+docker_image = "img:1"
+model = "org/model"
+tensor_parallel_size = 2
+required_nodes = 2
+args = [{written}]
+""")
+    assert faults_of(load_recipe, path) == [
+        (f"{path}:6: args set {flag} to 4, but tensor_parallel_size is 2 and the launcher passes that: "
+        "set tensor_parallel_size = 4 and drop the flag"),
+    ]
+
+
+def test_a_recipe_key_flag_without_a_value_is_a_fault_too(tmp_path):
+    path = write(tmp_path, 'engine = "sglang"\ndocker_image = "img:1"\nmodel = "org/model"\nargs = ["--tp-size", "--trust-remote-code"]\n')
+    assert faults_of(load_recipe, path) == [
+        f"{path}:4: args give --tp-size without a value; the launcher passes tensor_parallel_size (1): drop the flag",
     ]
 
 
@@ -202,9 +228,106 @@ def test_the_seeds_backend_flag_must_agree_with_distributed_backend(tmp_path):
     text = SEED.read_text().replace('distributed_backend = "mp"', 'distributed_backend = "ray"')
     path = write(tmp_path, text)
     assert faults_of(load_recipe, path) == [
-        (f"{path}:{line_of(path, '--distributed-executor-backend')}: args set --distributed-executor-backend mp "
-        "but distributed_backend means --distributed-executor-backend ray; set distributed_backend and drop the flag")
+        (f"{path}:{line_of(path, '--distributed-executor-backend')}: args set --distributed-executor-backend to mp, "
+        'but distributed_backend is "ray" and the launcher passes that: set distributed_backend = "mp" and drop the flag')
     ]
+
+
+# --- the parallel layout against the gang's GPUs ------------------------------------------------
+
+ONE_GPU_NOTE = " (a node counts as 1 GPU; set gpus_per_node for nodes with more)"
+
+
+def layout_recipe(tmp_path: Path, engine: str, keys: str, args: str = "") -> Path:
+    """A recipe whose layout keys start on line 4."""
+    return write(tmp_path, f'engine = "{engine}"\ndocker_image = "img:1"\nmodel = "org/model"\n{keys}\nargs = [{args}]\n')
+
+
+@pytest.mark.parametrize(
+    ("engine", "keys", "args"),
+    [
+        ("vllm", "required_nodes = 2\ntensor_parallel_size = 2", ""),
+        ("vllm", "required_nodes = 2\npipeline_parallel_size = 2", ""),
+        ("vllm", "required_nodes = 2\ndata_parallel_size = 2", ""),
+        ("vllm", "required_nodes = 2\ntensor_parallel_size = 2\ndistributed_backend = \"ray\"", ""),
+        ("vllm", "tensor_parallel_size = 8\ngpus_per_node = 8", ""),
+        ("vllm", "required_nodes = 2\ngpus_per_node = 4\ntensor_parallel_size = 4\npipeline_parallel_size = 2", ""),
+        ("vllm", "required_nodes = 4\ntensor_parallel_size = 2\ndata_parallel_size = 2", ""),
+        ("sglang", "required_nodes = 2\ntensor_parallel_size = 2", ""),
+        ("sglang", "required_nodes = 2\ndata_parallel_size = 2", ""),
+        # DP attention splits the TP GPUs among DP groups: TP alone counts.
+        ("sglang", "required_nodes = 2\ntensor_parallel_size = 2\ndata_parallel_size = 2", '"--enable-dp-attention"'),
+        ("vllm", "", ""),
+    ],
+)
+def test_layouts_that_fill_the_gangs_gpus_are_accepted(tmp_path, engine, keys, args):
+    load_recipe(layout_recipe(tmp_path, engine, keys, args))
+
+
+@pytest.mark.parametrize(
+    ("engine", "keys", "args", "line", "message"),
+    [
+        ("vllm", "tensor_parallel_size = 1\nrequired_nodes = 2", "", 4,
+         "tensor_parallel_size 1 x pipeline_parallel_size 1 x data_parallel_size 1 = 1 GPU, but 2 nodes x 1 GPU each = 2: "
+         "every GPU of the gang runs one rank, so make the sizes' product 2 or set required_nodes = 1" + ONE_GPU_NOTE),
+        # Only required_nodes written: the fault is at its line.
+        ("vllm", "required_nodes = 2", "", 4,
+         "tensor_parallel_size 1 x pipeline_parallel_size 1 x data_parallel_size 1 = 1 GPU, but 2 nodes x 1 GPU each = 2: "
+         "every GPU of the gang runs one rank, so make the sizes' product 2 or set required_nodes = 1" + ONE_GPU_NOTE),
+        ("vllm", "required_nodes = 1\ntensor_parallel_size = 8", "", 5,
+         "tensor_parallel_size 8 x pipeline_parallel_size 1 x data_parallel_size 1 = 8 GPUs, but 1 node x 1 GPU each = 1: "
+         "every GPU of the gang runs one rank, so make the sizes' product 1 or set required_nodes = 8" + ONE_GPU_NOTE),
+        ("vllm", "required_nodes = 2\ntensor_parallel_size = 2\ndata_parallel_size = 2", "", 5,
+         "tensor_parallel_size 2 x pipeline_parallel_size 1 x data_parallel_size 2 = 4 GPUs, but 2 nodes x 1 GPU each = 2: "
+         "every GPU of the gang runs one rank, so make the sizes' product 2 or set required_nodes = 4" + ONE_GPU_NOTE),
+        ("vllm", "required_nodes = 2\ngpus_per_node = 8\ntensor_parallel_size = 4", "", 6,
+         ("tensor_parallel_size 4 x pipeline_parallel_size 1 x data_parallel_size 1 = 4 GPUs, but 2 nodes x 8 GPUs each = 16: "
+         "every GPU of the gang runs one rank, so make the sizes' product 16")),
+        ("sglang", "required_nodes = 2\ntensor_parallel_size = 2\ndata_parallel_size = 2", "", 5,
+         "tensor_parallel_size 2 x pipeline_parallel_size 1 x data_parallel_size 2 = 4 GPUs, but 2 nodes x 1 GPU each = 2: "
+         "every GPU of the gang runs one rank, so make the sizes' product 2 or set required_nodes = 4" + ONE_GPU_NOTE),
+        ("sglang", "required_nodes = 2\ndata_parallel_size = 4", '"--enable-dp-attention"', 4,
+         "tensor_parallel_size 1 x pipeline_parallel_size 1 = 1 GPU, but 2 nodes x 1 GPU each = 2: "
+         "every GPU of the gang runs one rank, so make the sizes' product 2 or set required_nodes = 1" + ONE_GPU_NOTE),
+    ],
+)
+def test_layouts_that_do_not_fill_the_gangs_gpus_are_refused_with_the_arithmetic(tmp_path, engine, keys, args, line, message):
+    path = layout_recipe(tmp_path, engine, keys, args)
+    assert faults_of(load_recipe, path) == [f"{path}:{line}: {message}"]
+
+
+def test_a_size_that_does_not_read_is_one_fault_not_two(tmp_path):
+    path = layout_recipe(tmp_path, "vllm", 'required_nodes = 2\ntensor_parallel_size = "2"\ngpus_per_node = 0')
+    assert faults_of(load_recipe, path) == [
+        f"{path}:5: tensor_parallel_size must be a whole number, not a string '2'",
+        f"{path}:6: gpus_per_node must be a whole number of GPUs, not an integer 0: it must be at least 1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("engine", "written"),
+    [("vllm", '"--data-parallel-size", "2"'), ("vllm", '"-dp=2"'), ("sglang", '"--dp", "2"'), ("sglang", '"--data-parallel-size=2"')],
+)
+def test_data_parallel_flags_in_args_are_read_against_the_key(tmp_path, engine, written):
+    # DP in args would escape the layout check: it is the key's, like TP and PP.
+    path = layout_recipe(tmp_path, engine, "required_nodes = 2\ntensor_parallel_size = 2", written)
+    flag = written.split(",")[0].strip('"').partition("=")[0]
+    assert faults_of(load_recipe, path) == [
+        (f"{path}:6: args set {flag} to 2, but data_parallel_size is 1 and the launcher passes that: "
+        "set data_parallel_size = 2 and drop the flag"),
+    ]
+
+
+def test_layout_keys_mean_nothing_to_llamacpp_and_process_is_not_checked(tmp_path):
+    path = write(tmp_path, 'engine = "llamacpp"\ndocker_image = "x"\nmodel = "/m.gguf"\ndata_parallel_size = 2\ngpus_per_node = 2\n')
+    assert faults_of(load_recipe, path) == [
+        f"{path}:4: data_parallel_size means nothing to llama.cpp, which splits layers across its RPC workers; remove it",
+        f"{path}:5: gpus_per_node means nothing to llama.cpp, which splits layers across its RPC workers; remove it",
+    ]
+    # llama.cpp's ranks are its nodes, each offering the GPUs it has: no layout to check.
+    assert load_recipe(write(tmp_path, 'engine = "llamacpp"\ndocker_image = "x"\nmodel = "/m.gguf"\nrequired_nodes = 3\n', "l3.toml"))
+    # A process is one per node whatever it runs.
+    assert load_recipe(write(tmp_path, 'engine = "process"\nrequired_nodes = 2\nargs = ["true"]\n', "p.toml"))
 
 
 def test_missing_required_keys_and_engine_mismatches(tmp_path):

@@ -7,6 +7,7 @@ registry there finds them. This module knows no engine.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -74,6 +75,11 @@ class Engine(Protocol):
 
     def check(self, recipe: Recipe) -> list[Fault]:
         """Engine-specific faults of the recipe."""
+        ...
+
+    def gpu_factors(self, recipe: Recipe) -> tuple[tuple[str, int], ...]:
+        """The recipe keys, with their values, whose product is the GPUs the ranks hold (TP x PP
+        x DP); empty when the engine does not size its ranks by them (no layout check then)."""
         ...
 
     def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
@@ -185,12 +191,51 @@ def argument_faults(recipe: Recipe, engine: Engine) -> list[Fault]:
         if flag.recipe_key is None:
             continue
         for index, value in find_flag(recipe.args, flag.names):
-            if value != flag.value:
-                faults.append(
-                    (("args", index), f"args set {recipe.args[index]} {value or ''}".rstrip()
-                     + f" but {flag.recipe_key} means {flag.names[0]} {flag.value}; set {flag.recipe_key} and drop the flag")
+            if value == flag.value:
+                continue
+            # As written, less any `=value`: `--tensor-parallel-size=4` is the flag `--tensor-parallel-size`.
+            written = recipe.args[index].partition("=")[0]
+            key = flag.recipe_key
+            if value is None:
+                message = f"args give {written} without a value; the launcher passes {key} ({_toml(flag.value)}): drop the flag"
+            else:
+                message = (
+                    f"args set {written} to {value}, but {key} is {_toml(flag.value)} and the launcher passes that: "
+                    f"set {key} = {_toml(value)} and drop the flag"
                 )
+            faults.append((("args", index), message))
     return faults
+
+
+def _toml(value: str) -> str:
+    """A flag's value as its recipe key would be written: numbers bare, words quoted."""
+    return value if value.isdigit() else json.dumps(value)
+
+
+def layout_fault(recipe: Recipe, factors: Sequence[tuple[str, int]]) -> str | None:
+    """Why the engine's parallel sizes (`factors`, as `Engine.gpu_factors` gives them) do not
+    fill the gang's GPUs exactly, required_nodes x gpus_per_node; None when they do (or when
+    the engine has no such sizes)."""
+    if not factors:
+        return None
+    needed = 1
+    for _, size in factors:
+        needed *= size
+    nodes, per_node = recipe.required_nodes, recipe.gpus_per_node
+    present = nodes * per_node
+    if needed == present:
+        return None
+    sizes = " x ".join(f"{key} {size}" for key, size in factors)
+    message = (
+        f"{sizes} = {needed} GPU{'s' if needed != 1 else ''}, but {nodes} node{'s' if nodes != 1 else ''} x "
+        f"{per_node} GPU{'s' if per_node != 1 else ''} each = {present}: every GPU of the gang runs one rank, "
+        f"so make the sizes' product {present}"
+    )
+    if needed % per_node == 0:
+        message += f" or set required_nodes = {needed // per_node}"
+    if per_node == 1:
+        message += " (a node counts as 1 GPU; set gpus_per_node for nodes with more)"
+    return message
 
 
 def missing_flags(args: Sequence[str], flags: Sequence[LauncherFlag]) -> tuple[str, ...]:

@@ -270,7 +270,7 @@ def plan_text(plan: Plan) -> str:
     lines = [
         f"recipe   {recipe.path}",
         (f"engine   {recipe.engine}{backend}, {len(plan.nodes)} node(s), TP {recipe.tensor_parallel_size}, "
-        f"PP {recipe.pipeline_parallel_size}"),
+        f"PP {recipe.pipeline_parallel_size}" + (f", DP {recipe.data_parallel_size}" if recipe.data_parallel_size > 1 else "")),
         f"cluster  {plan.cluster.name}",
         f"run      {plan.run_id}",
         f"serves   {plan.head_url}",

@@ -1,9 +1,11 @@
 """Reading a recipe (`recipe.toml`): one model served by one engine across a number of nodes.
 
 The schema is the seed's (the user's own launcher), plus a few optional keys:
-`drop_caches`, `extra_models`, `rendezvous_port`, `replace_image_entrypoint` and `[readiness]`. Every fault of a
-file is reported in one pass, each at the `FILE:LINE` of its key. The `Recipe` it makes
-is swaplab.launch.spec's.
+`data_parallel_size`, `gpus_per_node`, `drop_caches`, `extra_models`, `rendezvous_port`,
+`replace_image_entrypoint` and `[readiness]`. Every fault of a file is reported in one
+pass, each at the `FILE:LINE` of its key; among them, parallel sizes that do not fill the
+gang's GPUs exactly (TP x PP x DP against required_nodes x gpus_per_node). The `Recipe` it
+makes is swaplab.launch.spec's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from swaplab.config.reader import (
     describe,
 )
 from swaplab.launch.cluster import ENV_NAME, read_env_table
-from swaplab.launch.engine import Engine, argument_faults
+from swaplab.launch.engine import Engine, argument_faults, layout_fault
 from swaplab.launch.engines import engine_names, get_engine
 from swaplab.launch.spec import HUB_REPO, Mount, Readiness, Recipe
 from swaplab.launch.tomlfile import Checker, read_toml
@@ -35,14 +37,23 @@ from swaplab.launch.tomlfile import Checker, read_toml
 DEFAULT_PORT = 30000
 RECIPE_KEYS = (
     "engine", "name", "docker_image", "docker_image_dir", "model", "extra_models", "required_nodes",
-    "tensor_parallel_size", "pipeline_parallel_size", "distributed_backend", "shm_size", "entrypoint",
-    "replace_image_entrypoint", "args", "port", "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness",
+    "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus_per_node",
+    "distributed_backend", "shm_size", "entrypoint", "replace_image_entrypoint", "args", "port",
+    "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness",
 )
 MOUNT_KEYS = ("host", "container", "env")
 READINESS_KEYS = ("path", "ready", "fatal", "timeout")
 DISTRIBUTED_BACKENDS = ("mp", "ray")
 NO_READINESS = Readiness(path=None, ready=(), fatal=(), timeout=600.0)
 """The readiness defaults of a recipe whose engine is unknown (its faults are reported anyway)."""
+LAYOUT_KEYS = {
+    "tensor_parallel_size": "a whole number",
+    "pipeline_parallel_size": "a whole number",
+    "data_parallel_size": "a whole number",
+    "required_nodes": "a whole number of nodes",
+    "gpus_per_node": "a whole number of GPUs",
+}
+"""The keys of the layout check: the parallel sizes, and the nodes and GPUs they must fill."""
 CONTAINER_ONLY_KEYS = ("docker_image", "docker_image_dir", "shm_size", "replace_image_entrypoint", "extra_mounts")
 """Keys that mean nothing to `engine = "process"`, which runs `args` directly."""
 
@@ -74,6 +85,9 @@ def load_recipe(path: str | Path) -> Recipe:
         if mount.env and mount.env in env:
             checker.fault(("extra_mounts", index, "env"), f"{mount.env} is set by this mount and by [env] too; keep one")
     args = checker.get(top, (), "args", _as_arguments, "an array of strings", default=())
+    faults_before = len(checker.findings.faults)
+    layout = {key: checker.get(top, (), key, as_positive_integer, expected, default=1) for key, expected in LAYOUT_KEYS.items()}
+    layout_readable = len(checker.findings.faults) == faults_before
     if engine_name == "process" and not args:
         checker.fault(("args",) if "args" in top else (), "engine = \"process\" runs args: give the command as args = [\"program\", ...]")
 
@@ -84,9 +98,11 @@ def load_recipe(path: str | Path) -> Recipe:
         model=model,
         docker_image=docker_image,
         docker_image_dir=(location.parent / image_dir) if image_dir else None,
-        required_nodes=checker.get(top, (), "required_nodes", as_positive_integer, "a whole number of nodes", default=1),
-        tensor_parallel_size=checker.get(top, (), "tensor_parallel_size", as_positive_integer, "a whole number", default=1),
-        pipeline_parallel_size=checker.get(top, (), "pipeline_parallel_size", as_positive_integer, "a whole number", default=1),
+        required_nodes=layout["required_nodes"],
+        tensor_parallel_size=layout["tensor_parallel_size"],
+        pipeline_parallel_size=layout["pipeline_parallel_size"],
+        data_parallel_size=layout["data_parallel_size"],
+        gpus_per_node=layout["gpus_per_node"],
         distributed_backend=backend,
         shm_size=checker.get(top, (), "shm_size", _as_word, "a size such as \"32gb\""),
         entrypoint=checker.get(top, (), "entrypoint", _as_command, "a command as an array of words", default=()),
@@ -111,6 +127,13 @@ def load_recipe(path: str | Path) -> Recipe:
             checker.fault(("distributed_backend",), f"distributed_backend = \"ray\" is vLLM's; {engine_name} brings its own")
         for key_path, message in argument_faults(recipe, engine) + engine.check(recipe):
             checker.fault(key_path, message)
+        # A size that did not read stands at its default: its own fault says enough.
+        factors = engine.gpu_factors(recipe)
+        fault = layout_fault(recipe, factors) if layout_readable else None
+        if fault is not None:
+            # At the first of the multiplied keys the recipe writes, else at the node count.
+            keys = [key for key, _ in factors] + ["required_nodes", "gpus_per_node"]
+            checker.fault((next((key for key in keys if key in top), "required_nodes"),), fault)
     checker.raise_faults()
     return recipe
 

@@ -50,6 +50,10 @@ class Recipe:
     required_nodes: int
     tensor_parallel_size: int
     pipeline_parallel_size: int
+    data_parallel_size: int
+    gpus_per_node: int
+    """The GPUs each node gives the gang (the clusters file has no GPU count; 1 unless the recipe
+    says): the engine's parallel sizes must multiply to required_nodes x this."""
     distributed_backend: str
     shm_size: str | None
     entrypoint: tuple[str, ...]

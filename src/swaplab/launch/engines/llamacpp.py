@@ -48,12 +48,16 @@ class Llamacpp:
         )
 
     def check(self, recipe: Recipe) -> list[Fault]:
-        """llama.cpp splits layers across RPC devices: TP/PP sizes have no meaning here."""
+        """llama.cpp splits layers across RPC devices: parallel sizes and GPU counts have no meaning here."""
         return [
             ((key,), f"{key} means nothing to llama.cpp, which splits layers across its RPC workers; remove it")
-            for key in ("tensor_parallel_size", "pipeline_parallel_size")
+            for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus_per_node")
             if getattr(recipe, key) != 1
         ]
+
+    def gpu_factors(self, recipe: Recipe) -> tuple[tuple[str, int], ...]:
+        """None: each node's rpc-server (or the head) offers the GPUs it has."""
+        return ()
 
     def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
         """llama.cpp reads no variables of its own here."""

@@ -32,6 +32,10 @@ class Process:
         """Nothing beyond the recipe's own rules."""
         return []
 
+    def gpu_factors(self, recipe: Recipe) -> tuple[tuple[str, int], ...]:
+        """None: a process is one per node, whatever it does with GPUs."""
+        return ()
+
     def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
         """The SWAPLAB_* variables the gang adds are all a process needs."""
         return {}

@@ -3,7 +3,14 @@ command with `--dist-init-addr HEAD:PORT --nnodes N --node-rank R`; rank 0 serve
 
 from __future__ import annotations
 
-from swaplab.launch.engine import COMMON_FATAL, Fault, Gang, LauncherFlag, missing_flags
+from swaplab.launch.engine import (
+    COMMON_FATAL,
+    Fault,
+    Gang,
+    LauncherFlag,
+    find_flag,
+    missing_flags,
+)
 from swaplab.launch.spec import Readiness, Recipe, Step
 
 DIST_INIT_PORT = 20000
@@ -27,11 +34,19 @@ class Sglang:
     reserved_flags = ("--nnodes", "--node-rank", "--dist-init-addr")
 
     def recipe_flags(self, recipe: Recipe) -> tuple[LauncherFlag, ...]:
-        """Model, TP, PP (only when above 1: older servers lack the flag) and where to listen."""
+        """Model, TP, PP and DP (each only when above 1: older servers lack the flag) and where to listen."""
+        # `--tp`, `--pp` and `--dp` are argparse's abbreviations of the -size flags, which SGLang takes.
         return (
             LauncherFlag(("--model-path", "--model"), recipe.model or "", "model"),
-            LauncherFlag(("--tp-size", "--tp"), str(recipe.tensor_parallel_size), "tensor_parallel_size"),
-            LauncherFlag(("--pp-size", "--pp"), str(recipe.pipeline_parallel_size), "pipeline_parallel_size", engine_default="1"),
+            LauncherFlag(("--tp-size", "--tp", "--tensor-parallel-size"), str(recipe.tensor_parallel_size), "tensor_parallel_size"),
+            LauncherFlag(
+                ("--pp-size", "--pp", "--pipeline-parallel-size"), str(recipe.pipeline_parallel_size), "pipeline_parallel_size",
+                engine_default="1",
+            ),
+            LauncherFlag(
+                ("--dp-size", "--dp", "--data-parallel-size"), str(recipe.data_parallel_size), "data_parallel_size",
+                engine_default="1",
+            ),
             # SGLang listens on 127.0.0.1 unless told; the router reaches the head from elsewhere.
             LauncherFlag(("--host",), "0.0.0.0", None),
             LauncherFlag(("--port",), str(recipe.port), "port"),
@@ -40,6 +55,17 @@ class Sglang:
     def check(self, recipe: Recipe) -> list[Fault]:
         """Nothing beyond the flags the launcher owns."""
         return []
+
+    def gpu_factors(self, recipe: Recipe) -> tuple[tuple[str, int], ...]:
+        """TP x PP GPUs, times DP replicas; under `--enable-dp-attention` the DP attention groups
+        split the TP GPUs instead of adding their own."""
+        factors = (
+            ("tensor_parallel_size", recipe.tensor_parallel_size),
+            ("pipeline_parallel_size", recipe.pipeline_parallel_size),
+        )
+        if find_flag(recipe.args, ("--enable-dp-attention",)):
+            return factors
+        return (*factors, ("data_parallel_size", recipe.data_parallel_size))
 
     def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
         """SGLang needs no variables of its own; NCCL's come from the cluster's [nccl] table."""

@@ -37,10 +37,11 @@ class Vllm:
     reserved_flags = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless")
 
     def recipe_flags(self, recipe: Recipe) -> tuple[LauncherFlag, ...]:
-        """TP, PP, the executor backend and the port, the way `vllm serve` takes them."""
+        """TP, PP, DP (only when above 1), the executor backend and the port, the way `vllm serve` takes them."""
         return (
             LauncherFlag(("--tensor-parallel-size", "-tp"), str(recipe.tensor_parallel_size), "tensor_parallel_size"),
             LauncherFlag(("--pipeline-parallel-size", "-pp"), str(recipe.pipeline_parallel_size), "pipeline_parallel_size"),
+            LauncherFlag(("--data-parallel-size", "-dp"), str(recipe.data_parallel_size), "data_parallel_size", engine_default="1"),
             LauncherFlag(("--distributed-executor-backend",), recipe.distributed_backend, "distributed_backend"),
             LauncherFlag(("--port",), str(recipe.port), "port"),
         )
@@ -52,6 +53,14 @@ class Vllm:
             for index, argument in enumerate(recipe.args)
             if argument == "--model" or argument.startswith("--model=")
         ]
+
+    def gpu_factors(self, recipe: Recipe) -> tuple[tuple[str, int], ...]:
+        """vLLM's world is TP x PP GPUs per data-parallel replica, DP replicas in all."""
+        return (
+            ("tensor_parallel_size", recipe.tensor_parallel_size),
+            ("pipeline_parallel_size", recipe.pipeline_parallel_size),
+            ("data_parallel_size", recipe.data_parallel_size),
+        )
 
     def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
         """vLLM picks the address it advertises from VLLM_HOST_IP: the node's fabric address."""
