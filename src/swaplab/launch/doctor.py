@@ -1,10 +1,13 @@
 """`swaplab launch doctor`: preflight on every node, each failure with how to fix it.
 
 Checks, per node, side by side: ssh reachable; for container engines Docker, its GPU
-runtime and the GPUs, and the recipe's image with the same id everywhere; the model
+runtime and the GPUs; the recipe's ports free; free memory; password-less sudo for the
+plan's sudo steps (drop_caches); the RDMA fabric and the transport NCCL will use there
+(swaplab.launch.fabric); the recipe's image with its id, the same everywhere; the model
 present and identical on every node (a path: size and content hash; a Hugging Face repo:
-its blobs, which the hub names by their hash, and their sizes); free disk; free memory;
-the recipe's ports free. `up` runs the cheap subset (`preflight`) before it starts anything.
+its blobs, which the hub names by their hash, and their sizes); free disk where the model
+goes, against the model's size when a node has it. Last, the per-host NCCL settings to
+paste into the clusters file. `up` runs the cheap subset (`preflight`) before it starts anything.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from swaplab.launch import remote
+from swaplab.errors import SwaplabError
+from swaplab.launch import fabric, remote
 from swaplab.launch.cluster import Cluster, Host
-from swaplab.launch.plan import Plan, hub_folder
+from swaplab.launch.engines import get_engine
+from swaplab.launch.plan import NodePlan, Plan, default_run_id, hub_folder, make_plan
 from swaplab.launch.remote import RemoteError, SshTarget
-from swaplab.launch.spec import HUB_REPO, Recipe
+from swaplab.launch.spec import HUB_REPO, Recipe, Step
 
 MIN_FREE_DISK_BYTES = 5 << 30
 MIN_FREE_MEMORY_BYTES = 2 << 30
@@ -81,6 +86,35 @@ echo $(( $(df -Pk "$path" | awk 'NR == 2 { print $4 }') * 1024 ))
 """
 
 
+# $1...: the command a plan step runs under sudo (sudo's own options removed). Prints
+# "user NAME", "path PATH" (the command's full path, for a sudoers line) and one of
+# "sudo missing", "sudo all" (no password for anything), "sudo command" (no password for
+# this command: `sudo -l` lists it) or "sudo denied MESSAGE". Runs nothing as root.
+_SUDO = r"""
+echo "user $(id -un)"
+path=$(command -v "$1" 2>/dev/null)
+if [ -z "$path" ]; then
+    for dir in /usr/sbin /sbin /usr/bin /bin; do if [ -x "$dir/$1" ]; then path=$dir/$1; break; fi; done
+fi
+echo "path ${path:-$1}"
+if ! command -v sudo > /dev/null 2>&1; then echo "sudo missing"; exit 0; fi
+if sudo -n true 2>/dev/null; then echo "sudo all"; exit 0; fi
+if sudo -n -l "$@" > /dev/null 2>&1; then echo "sudo command"; exit 0; fi
+echo "sudo denied $(sudo -n true 2>&1 | tail -n 1)"
+"""
+
+
+@dataclass(frozen=True)
+class _NodeReport:
+    """What the per-node checks found, and the facts the cross-node checks need."""
+
+    host: Host
+    target: SshTarget
+    findings: list[Finding]
+    docker: bool
+    node_fabric: fabric.NodeFabric | None
+
+
 def doctor(recipe: Recipe, cluster: Cluster) -> list[Finding]:
     """Check every node of the cluster for the recipe: every finding, passed or failed."""
     return asyncio.run(_doctor(recipe, cluster))
@@ -92,29 +126,53 @@ async def _doctor(recipe: Recipe, cluster: Cluster) -> list[Finding]:
     reachable = await asyncio.gather(*(_reach(target) for target in targets))
     findings = list(reachable)
     up = [(host, target) for host, target, finding in zip(hosts, targets, reachable, strict=True) if finding.ok]
+    plan = None
     if len(hosts) < recipe.required_nodes:
         findings.append(Finding(
             cluster.name, "nodes", False, f"the recipe needs {recipe.required_nodes} nodes, the cluster has {len(hosts)}",
             "add hosts to the cluster or lower required_nodes",
         ))
-    per_node = await asyncio.gather(*(_node_checks(recipe, cluster, host, target) for host, target in up))
-    for node_findings in per_node:
-        findings += node_findings
-    if up and recipe.engine != "process" and recipe.docker_image:
-        findings += await _same_image(recipe, up)
-    model_findings = await _model_checks(recipe, cluster, up)
+    else:
+        try:
+            plan = make_plan(recipe, cluster, run_id=default_run_id(recipe, cluster))
+        except SwaplabError as error:
+            findings.append(Finding(cluster.name, "plan", False, str(error), "`up` refuses this plan; fix the clusters file or the recipe"))
+    node_plans = {node.host: node for node in plan.nodes} if plan else {}
+    reports = await asyncio.gather(
+        *(_node_checks(recipe, host, target, node_plans.get(host)) for host, target in up)
+    )
+    for report in reports:
+        findings += report.findings
+    findings += await _image_checks(recipe, reports)
+    model_findings, sizes = await _model_checks(recipe, cluster, up)
     findings += model_findings
+    known = max((size for size in sizes.values() if size), default=None)
+    findings += await asyncio.gather(
+        *(_disk_finding(recipe, cluster, host, target, sizes.get(host.name), known) for host, target in up)
+    )
+    overrides = {
+        report.host.name: fabric.nccl_overrides(report.node_fabric, report.host.fabric_ip) for report in reports if report.node_fabric
+    }
+    if any(overrides.values()):
+        findings.append(Finding(
+            "all", "nccl", True,
+            "per-host NCCL settings for the clusters file, from what each node has:\n" + fabric.overrides_toml(overrides),
+        ))
     return findings
 
 
 async def preflight(plan: Plan) -> list[str]:
-    """What `up` checks before it starts anything: Docker where needed, the ports free. Problems with fixes."""
+    """What `up` checks before it starts anything: Docker where needed, the ports free,
+    password-less sudo for the sudo steps. Problems with fixes."""
     problems = []
     hosts = [node.host for node in plan.nodes]
     targets = [remote.target_for(plan.cluster, host) for host in hosts]
     checks = await asyncio.gather(*(_port_findings(plan.recipe, host, target) for host, target in zip(hosts, targets, strict=True)))
-    if plan.recipe.engine != "process":
+    if get_engine(plan.recipe.engine).uses_docker:
         checks += await asyncio.gather(*(_docker_findings(host, target) for host, target in zip(hosts, targets, strict=True)))
+    checks += await asyncio.gather(
+        *(_sudo_findings(plan.recipe, node, target) for node, target in zip(plan.nodes, targets, strict=True))
+    )
     for findings in checks:
         problems += [f"{f.host}: {f.detail}; fix: {f.fix}" for f in findings if not f.ok]
     return problems
@@ -128,14 +186,92 @@ async def _reach(target: SshTarget) -> Finding:
     return Finding(str(target), "ssh", True, "reachable")
 
 
-async def _node_checks(recipe: Recipe, cluster: Cluster, host: Host, target: SshTarget) -> list[Finding]:
+async def _node_checks(recipe: Recipe, host: Host, target: SshTarget, node: NodePlan | None) -> _NodeReport:
     findings = []
-    if recipe.engine != "process":
-        findings += await _docker_findings(host, target)
+    docker = False
+    if get_engine(recipe.engine).uses_docker:
+        docker_findings = await _docker_findings(host, target)
+        docker = docker_findings[0].ok
+        findings += docker_findings
     findings += await _port_findings(recipe, host, target)
     findings.append(await _memory_finding(host, target))
-    findings.append(await _disk_finding(recipe, cluster, host, target))
+    if node is not None:
+        findings += await _sudo_findings(recipe, node, target)
+    node_fabric = None
+    if node is not None and _meets_over_nccl(recipe):
+        node_fabric = await fabric.gather_fabric(target)
+        findings += _fabric_findings(recipe, node, node_fabric)
+    return _NodeReport(host, target, findings, docker, node_fabric)
+
+
+def _meets_over_nccl(recipe: Recipe) -> bool:
+    """Whether the ranks talk NCCL across nodes: several nodes, and not llama.cpp (its RPC is plain TCP)."""
+    return recipe.required_nodes > 1 and recipe.engine != "llamacpp"
+
+
+def _fabric_findings(recipe: Recipe, node: NodePlan, node_fabric: fabric.NodeFabric) -> list[Finding]:
+    """The node's RDMA facts, and the transport NCCL will use there with the rank's env and container."""
+    host = node.host
+    run = next((step.argv for step in node.steps if step.kind == "rank" and step.argv[1:2] == ("run",)), None)
+    access = fabric.rank_access(run, node_fabric, recipe.docker_image)
+    transport = fabric.nccl_transport(node_fabric, node.env, access, host=host.name, fabric_ip=host.fabric_ip)
+    findings = [Finding(host.name, "rdma", True, fabric.describe_fabric(node_fabric))]
+    cause = transport.cause
+    findings.append(Finding(host.name, "nccl", cause is None, f"NCCL: {transport.describe()}", cause.fix if cause else ""))
+    findings += [Finding(host.name, "nccl", False, problem.what, problem.fix) for problem in transport.problems]
     return findings
+
+
+async def _sudo_findings(recipe: Recipe, node: NodePlan, target: SshTarget) -> list[Finding]:
+    """Each prepare step that runs `sudo` (drop-caches): can its command run without a password?"""
+    findings = []
+    for step in node.steps:
+        command = _sudo_command(step)
+        if command:
+            result = await remote.run_script(target, _SUDO, *command)
+            findings.append(sudo_finding(recipe, node.host.name, step, result.stdout))
+    return findings
+
+
+def _sudo_command(step: Step) -> tuple[str, ...]:
+    """The command a `sudo ...` step runs, without sudo and its options; () for other steps."""
+    if step.kind != "prepare" or step.argv[:1] != ("sudo",):
+        return ()
+    words = list(step.argv[1:])
+    while words and words[0].startswith("-"):
+        words.pop(0)
+    return tuple(words)
+
+
+def sudo_finding(recipe: Recipe, host: str, step: Step, output: str) -> Finding:
+    """The finding for a sudo step from `_SUDO`'s output on `host` (pure)."""
+    command = _sudo_command(step)
+    facts = dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
+    line = sudoers_line(facts.get("user", "USER"), facts.get("path", command[0]), command[1:])
+    why = f"`{' '.join(step.argv)}` ({step.name}, drop_caches = true)"
+    verdict = facts.get("sudo", "")
+    if verdict in ("all", "command"):
+        return Finding(host, "sudo", True, f"password-less sudo for {why}")
+    off = f"or set drop_caches = false in {recipe.path}"
+    if verdict == "missing":
+        return Finding(
+            host, "sudo", False, f"sudo is not installed, and `up` runs {why}",
+            f"install sudo on {host} (`apt-get install sudo`) and allow that command in /etc/sudoers.d/swaplab: `{line}`; {off}",
+        )
+    message = verdict.removeprefix("denied").strip() or "no answer from sudo"
+    return Finding(
+        host, "sudo", False, f"sudo asks for a password ({message}), and `up` runs {why}",
+        f"on {host}, `sudo visudo -f /etc/sudoers.d/swaplab` and add `{line}`; {off}",
+    )
+
+
+def sudoers_line(user: str, path: str, arguments: Sequence[str]) -> str:
+    """The sudoers line that lets `user` run exactly `path arguments` as root without a password.
+
+    sudoers wants `,` `:` `=` and `\\` escaped in a command's arguments (sudo-rs insists on `=`).
+    """
+    escaped = [re.sub(r"([,:=\\])", r"\\\1", argument) for argument in arguments]
+    return f"{user} ALL=(root) NOPASSWD: {' '.join([path, *escaped])}"
 
 
 async def _docker_findings(host: Host, target: SshTarget) -> list[Finding]:
@@ -207,33 +343,62 @@ def _model_location(recipe: Recipe, cluster: Cluster) -> tuple[str, str] | None:
     return None
 
 
-async def _disk_finding(recipe: Recipe, cluster: Cluster, host: Host, target: SshTarget) -> Finding:
+async def _disk_finding(
+    recipe: Recipe, cluster: Cluster, host: Host, target: SshTarget, here: int | None, model_size: int | None
+) -> Finding:
+    """Free space where the model goes (the node-local mirror, or where it is read from), against
+    what of the model is still to come when its size is known (a node has it)."""
     location = _model_location(recipe, cluster)
-    folder = cluster.local_cache_dir or (location[1] if location else "~")
+    # Hub repos are mirrored to local_cache_dir (plan.py); a model given as a path is read where it is.
+    mirror = bool(cluster.local_cache_dir and location and location[0] == "hub" and recipe.model)
+    if mirror and cluster.local_cache_dir and recipe.model:
+        folder = hub_folder(cluster.local_cache_dir, recipe.model)
+        mirrored = await remote.run_script(target, _HUB_REPO, folder)
+        here = int(mirrored.stdout.split()[0]) if mirrored.ok and mirrored.stdout.split() else None
+    else:
+        folder = location[1] if location else (cluster.local_cache_dir or "~")
     result = await remote.run_script(target, _FREE_DISK, folder)
     if not result.ok or not result.stdout.strip().isdigit():
         return Finding(host.name, "disk", False, f"cannot measure free space at {folder}", "check that df works on the node")
-    free = int(result.stdout.strip())
-    if free < MIN_FREE_DISK_BYTES:
+    return disk_finding(host.name, folder, int(result.stdout.strip()), here, model_size, mirror=mirror)
+
+
+def disk_finding(host: str, folder: str, free: int, here: int | None, model_size: int | None, *, mirror: bool = False) -> Finding:
+    """Free space at `folder` against the model still to come there (its size less what `here`
+    already holds), or against MIN_FREE_DISK_BYTES alone when the size is unknown (pure)."""
+    detail = f"{free / GIB:.1f} GiB free at {folder}"
+    missing = max(model_size - (here or 0), 0) if model_size else None
+    if missing:
+        detail += f"; the model needs {missing / GIB:.1f} GiB more there ({model_size / GIB:.1f} GiB in all)"
+    elif missing == 0:
+        detail += " (the model is there)"
+    short = max(missing or 0, MIN_FREE_DISK_BYTES) - free
+    if short > 0:
         return Finding(
-            host.name, "disk", False, f"{free / GIB:.1f} GiB free at {folder}",
-            "free space there (old models in the hub cache, `docker system prune`)",
+            host, "disk", False, detail,
+            f"free {short / GIB:.1f} GiB there (old models in the hub cache, `docker system prune`)"
+            + (", or point local_cache_dir at a larger disk" if mirror else ""),
         )
-    return Finding(host.name, "disk", True, f"{free / GIB:.1f} GiB free at {folder}")
+    return Finding(host, "disk", True, detail)
 
 
-async def _model_checks(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]]) -> list[Finding]:
+async def _model_checks(
+    recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]]
+) -> tuple[list[Finding], dict[str, int | None]]:
+    """The model on every node, and its size on each (None where it is missing)."""
     location = _model_location(recipe, cluster)
     if location is None or not nodes:
-        return []
+        return [], {}
     kind, path = location
     script = _MODEL_FILES if kind == "path" else _HUB_REPO
     results = await asyncio.gather(*(remote.run_script(target, script, path) for _, target in nodes))
     findings = []
+    sizes: dict[str, int | None] = {}
     seen: dict[str, list[str]] = {}
     for (host, _), result in zip(nodes, results, strict=True):
         fields = result.stdout.split()
         if not result.ok or len(fields) != 2:
+            sizes[host.name] = None
             if kind == "hub" and not recipe.offline:
                 findings.append(Finding(host.name, "model", True, f"{recipe.model}: not in the hub yet (`up` downloads it)"))
             else:
@@ -242,6 +407,7 @@ async def _model_checks(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[
                 ))
             continue
         size, digest = int(fields[0]), fields[1]
+        sizes[host.name] = size
         seen.setdefault(f"{size} {digest}", []).append(host.name)
         findings.append(Finding(host.name, "model", True, f"{path}: {size / GIB:.2f} GiB, sha256 {digest[:16]}"))
     if len(seen) > 1:
@@ -250,7 +416,7 @@ async def _model_checks(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[
             cluster.name, "model", False, f"{path} differs between nodes ({groups})",
             "copy it again from the head to the others (`rsync -a --checksum`) so every rank loads the same weights",
         ))
-    return findings
+    return findings, sizes
 
 
 def _missing_fix(recipe: Recipe, kind: str, path: str, host: Host) -> str:
@@ -262,17 +428,26 @@ def _missing_fix(recipe: Recipe, kind: str, path: str, host: Host) -> str:
     )
 
 
-async def _same_image(recipe: Recipe, nodes: Sequence[tuple[Host, SshTarget]]) -> list[Finding]:
+async def _image_checks(recipe: Recipe, reports: Sequence[_NodeReport]) -> list[Finding]:
+    """The recipe's image on each node with its id (the same everywhere), or why there is none."""
+    if not reports:
+        return []
+    if not get_engine(recipe.engine).uses_docker:
+        return [Finding("all", "image", True, f"none: engine = \"{recipe.engine}\" runs the recipe's args on each node, no container")]
     image = recipe.docker_image or ""
+    checked = [report for report in reports if report.docker]
     results = await asyncio.gather(
-        *(remote.run(target, ["docker", "image", "inspect", "--format", "{{.Id}}", image]) for _, target in nodes)
+        *(remote.run(report.target, ["docker", "image", "inspect", "--format", "{{.Id}}", image]) for report in checked)
     )
-    ids = {host.name: result.stdout.strip() for (host, _), result in zip(nodes, results, strict=True) if result.ok}
-    missing = [host.name for host, _ in nodes if host.name not in ids]
+    how = "builds and distributes it" if recipe.docker_image_dir else "pulls it"
     findings = []
-    if missing:
-        how = "builds and distributes it" if recipe.docker_image_dir else "pulls it"
-        findings.append(Finding(", ".join(missing), "image", True, f"{image} not there yet (`up` {how})"))
+    ids: dict[str, str] = {}
+    for report, result in zip(checked, results, strict=True):
+        if result.ok and result.stdout.strip():
+            ids[report.host.name] = result.stdout.strip()
+            findings.append(Finding(report.host.name, "image", True, f"{image} present, {ids[report.host.name][:19]}"))
+        else:
+            findings.append(Finding(report.host.name, "image", True, f"{image} not there yet (`up` {how})"))
     if len(set(ids.values())) > 1:
         listing = "; ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
         findings.append(Finding(
@@ -280,8 +455,6 @@ async def _same_image(recipe: Recipe, nodes: Sequence[tuple[Host, SshTarget]]) -
             "remove the stale copies (`docker image rm`) and let `up` distribute one image"
             if recipe.docker_image_dir else f"`docker pull {image}` on every node, or pin it by digest",
         ))
-    elif ids:
-        findings.append(Finding("all", "image", True, f"{image}: {next(iter(ids.values()))[:19]} on {len(ids)} node(s)"))
     return findings
 
 
