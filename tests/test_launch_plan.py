@@ -104,6 +104,32 @@ def test_golden_sglang():
     check_golden(plan_of(FIXTURES / "glm-sglang"), "glm-sglang")
 
 
+def test_golden_sglang_as_printed_shows_the_secrets_reference_only():
+    # Its [env] has HF_TOKEN = "${env.HF_TOKEN}": the rank and download steps name the variable
+    # (`-e HF_TOKEN`, no value) and the printed plan says where the value will come from.
+    check_golden(plan_of(FIXTURES / "glm-sglang"), "glm-sglang", as_text=True)
+    plan = plan_of(FIXTURES / "glm-sglang")
+    for node in plan.nodes:
+        for step in node.steps:
+            if step.kind == "rank" or step.name == "download-models":
+                assert step.secrets == ("HF_TOKEN",)
+                assert "-e" in step.argv and "HF_TOKEN" in values_of(step.argv, "-e")
+                assert not any("${env." in word for word in step.argv)
+
+
+def test_plan_never_reads_a_secret_even_when_it_is_set():
+    secret = f"hf_{os.urandom(16).hex()}"
+    environment = {"HF_TOKEN": secret}
+    text = run_swaplab("launch", "plan", str(FIXTURES / "glm-sglang"), "--cluster", "ds4", "--clusters", str(CLUSTERS), env=environment)
+    as_json = run_swaplab(
+        "launch", "plan", str(FIXTURES / "glm-sglang"), "--cluster", "ds4", "--clusters", str(CLUSTERS), "--json", env=environment,
+    )
+    assert text.returncode == 0 and as_json.returncode == 0, text.stderr + as_json.stderr
+    assert "HF_TOKEN=${env.HF_TOKEN}" in text.stdout
+    for result in (text, as_json):
+        assert secret not in result.stdout + result.stderr
+
+
 def test_golden_llamacpp():
     check_golden(plan_of(FIXTURES / "gemma-llamacpp"), "gemma-llamacpp")
 

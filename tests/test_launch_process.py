@@ -6,14 +6,34 @@ the ranks are `swaplab sim` processes (or small Python programs) started through
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 import signal
+import subprocess
+import time
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import sshd as loopback
 from procs import SwaplabProcess, alive, http_status, wait_until
-from sshd import gang_processes, rank_processes, sim_args, surviving
+from sshd import (
+    CLUSTER,
+    SWAPLAB,
+    gang_processes,
+    node_state,
+    rank_processes,
+    sim_args,
+    surviving,
+)
+
+from swaplab.launch.output import Observer
+from swaplab.launch.plan import make_plan
+from swaplab.launch.prepare import prepare
+from swaplab.launch.settings import Target, load_target
+from swaplab.launch.spec import Step
 
 # The fixtures: the session's OpenSSH server, and one test's gang on its two loopback nodes.
 sshd = loopback.sshd
@@ -175,3 +195,127 @@ def test_a_gang_whose_supervisor_was_killed_is_cleaned_up_by_the_next_up(gang, t
     assert set(fresh) == {"0", "1"} and not set(fresh.values()) & set(orphans.values())
     assert gang.launch("down").returncode == 0
     assert_nothing_left(gang)
+
+
+# Writes what the rank got as HF_TOKEN to $1-RANK, then becomes the sim ($2...).
+SECRET_RANK = """
+import os, sys
+with open(f"{sys.argv[1]}-{os.environ['SWAPLAB_RANK']}", "w") as seen:
+    seen.write(os.environ.get("HF_TOKEN", "<unset>"))
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def secret_recipe(gang, seen: Path) -> Path:
+    path = gang.recipe([psutil.Process().exe(), "-c", SECRET_RANK, str(seen), *sim_args()], ready=["listening on"])
+    with path.open("a") as recipe:
+        recipe.write('\n[env]\nHF_TOKEN = "${env.HF_TOKEN}"\n')
+    return path
+
+
+def argv_holding(secret: str) -> list[tuple[int, list[str]]]:
+    """Every process on this machine (both nodes, ssh on either side) whose argv holds `secret`."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if any(secret in word for word in cmdline):
+            found.append((process.pid, cmdline))
+    return found
+
+
+def files_holding(folder: Path, secret: str) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
+
+
+def test_a_secret_by_reference_reaches_every_rank_and_nothing_else(gang, tmp_path, monkeypatch):
+    # Shell-special characters too: it must arrive byte for byte, through no shell's parsing.
+    # Every scan looks for its unique part, which survives any quoting of the whole.
+    unique = f"hf_{os.urandom(12).hex()}"
+    secret = f"{unique} $'\"`x"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    seen = tmp_path / "seen"
+    secret_recipe(gang, seen)
+
+    plan = gang.launch("plan")
+    assert plan.returncode == 0, plan.stderr
+    assert "HF_TOKEN=${env.HF_TOKEN}" in plan.stdout and unique not in plan.stdout + plan.stderr
+
+    # `up`, with every process's argv on the machine scanned while it starts the gang and once it is up.
+    with open(tmp_path / "up.log", "w+") as log:
+        up = subprocess.Popen(
+            [*SWAPLAB, *gang.arguments("up")], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **gang.env},
+        )
+        leaks, scans = [], 0
+        deadline = time.monotonic() + GANG_TIMEOUT
+        while up.poll() is None and time.monotonic() < deadline:
+            leaks += argv_holding(unique)
+            scans += 1
+        assert up.wait(10) == 0, log.read()
+        log.seek(0)
+        output = log.read()
+    assert scans > 10 and not leaks, leaks
+    assert "ready: " in output and unique not in output
+
+    # Each rank (the server itself) got the value in its environment.
+    assert {rank: Path(f"{seen}-{rank}").read_text() for rank in ("0", "1")} == {"0": secret, "1": secret}
+    ranks = rank_processes(gang.slug)
+    assert set(ranks) == {"0", "1"} and all(process.environ().get("HF_TOKEN") == secret for process in ranks.values())
+    assert not argv_holding(unique)
+    # No file on the nodes keeps it (the env file is gone once the rank started), nor any state or log here.
+    assert not list(node_state(gang.slug).rglob("secrets.env"))
+    assert not files_holding(node_state(gang.slug), unique)
+    assert not files_holding(gang.state_home, unique)
+
+    logs = gang.launch("logs")
+    assert logs.returncode == 0 and "listening on" in logs.stdout
+    assert unique not in logs.stdout + logs.stderr
+    status = gang.launch("status")
+    assert status.returncode == 0 and unique not in status.stdout + status.stderr
+    assert gang.launch("down").returncode == 0
+    assert_nothing_left(gang)
+    assert not files_holding(gang.state_home, unique)
+
+
+def test_a_missing_secret_variable_fails_up_before_anything_starts(gang, tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    path = secret_recipe(gang, tmp_path / "seen")
+    line = next(number for number, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("HF_TOKEN"))
+    up = gang.launch("up")
+    assert up.returncode == 2, up.stderr
+    assert f"{path}:{line}: [env] HF_TOKEN reads ${{env.HF_TOKEN}}, but HF_TOKEN is not set" in up.stderr
+    assert not gang_processes(gang.slug)
+    assert not node_state(gang.slug).exists()
+    assert not list(gang.state_home.rglob("run.json")), "no run was created"
+
+
+SHOW_SECRET = "import os; print('got', os.environ['HF_TOKEN'] == open(os.environ['SWAPLAB_EXPECTED']).read())"
+
+
+class Collected(Observer):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+    def output(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_a_prepare_step_that_names_a_secret_gets_it_in_its_environment_only(gang, tmp_path):
+    # What the download-models step of a container engine relies on (`docker run -e HF_TOKEN`
+    # copies it from the docker client's environment): here the step is a program on each node.
+    unique = f"hf_{os.urandom(12).hex()}"
+    secret = f"{unique} $'\"`x"
+    expected = tmp_path / "expected"
+    expected.write_text(secret)
+    recipe, cluster = load_target(Target(recipe=secret_recipe(gang, tmp_path / "seen"), cluster=CLUSTER, clusters=gang.clusters))
+    plan = make_plan(recipe, cluster, run_id="secret-prepare")
+    # sshd gives each session a fresh environment: where to find the expected value travels the same way.
+    step = Step("show", (psutil.Process().exe(), "-c", SHOW_SECRET), "prepare", secrets=("HF_TOKEN", "SWAPLAB_EXPECTED"))
+    plan = replace(plan, nodes=tuple(replace(node, steps=(step,)) for node in plan.nodes))
+    observer = Collected()
+    asyncio.run(prepare(plan, observer, {"HF_TOKEN": secret, "SWAPLAB_EXPECTED": str(expected)}))
+    assert observer.lines.count("[rank 0 show] got True") == 1 and observer.lines.count("[rank 1 show] got True") == 1, observer.lines
+    assert not any(unique in line for line in observer.lines)

@@ -516,3 +516,46 @@ def test_an_unknown_cluster_or_a_missing_file_says_what_to_do(tmp_path):
         get_cluster(FIXTURES / "clusters.toml", "ds9")
     with pytest.raises(SwaplabError, match=r"no clusters file at .*absent.toml; write one with a \[clusters.ds4\] table"):
         get_cluster(tmp_path / "absent.toml", "ds4")
+
+
+# --- secrets by reference: ${env.NAME} in [env] ---------------------------------------------
+
+SECRET_RECIPE = """\
+engine = "process"
+args = ["true"]
+
+[env]
+PLAIN = "stays ${HOME} as written"
+HF_TOKEN = "${env.SWAPLAB_TEST_TOKEN}"
+AUTHORIZATION = "Bearer ${env.SWAPLAB_TEST_TOKEN} for ${env.SWAPLAB_TEST_USER}"
+"""
+
+
+def test_env_references_are_read_with_their_lines_and_kept_as_written(tmp_path):
+    path = write(tmp_path, SECRET_RECIPE)
+    recipe = load_recipe(path)
+    # The recipe holds the reference, never a value: `plan` is built from it.
+    assert recipe.env["HF_TOKEN"] == "${env.SWAPLAB_TEST_TOKEN}"
+    assert recipe.secret_keys == ("HF_TOKEN", "AUTHORIZATION")
+    assert [(ref.key, ref.variable, ref.line) for ref in recipe.env_references] == [
+        ("HF_TOKEN", "SWAPLAB_TEST_TOKEN", line_of(path, "HF_TOKEN")),
+        ("AUTHORIZATION", "SWAPLAB_TEST_TOKEN", line_of(path, "AUTHORIZATION")),
+        ("AUTHORIZATION", "SWAPLAB_TEST_USER", line_of(path, "AUTHORIZATION")),
+    ]
+
+
+def test_resolving_fills_whole_and_partial_values_from_the_given_environment(tmp_path):
+    recipe = load_recipe(write(tmp_path, SECRET_RECIPE))
+    resolved = recipe.resolve_secrets({"SWAPLAB_TEST_TOKEN": "hf_x$y'z", "SWAPLAB_TEST_USER": "me"})
+    assert resolved == {"HF_TOKEN": "hf_x$y'z", "AUTHORIZATION": "Bearer hf_x$y'z for me"}
+
+
+def test_a_missing_variable_is_named_with_the_recipes_file_and_line(tmp_path):
+    path = write(tmp_path, SECRET_RECIPE)
+    recipe = load_recipe(path)
+    with pytest.raises(SwaplabError) as caught:
+        recipe.resolve_secrets({"SWAPLAB_TEST_TOKEN": "set"})
+    assert str(caught.value) == (
+        f"{path}:{line_of(path, 'AUTHORIZATION')}: [env] AUTHORIZATION reads ${{env.SWAPLAB_TEST_USER}}, but "
+        "SWAPLAB_TEST_USER is not set in this environment: export it before `swaplab launch up`"
+    )

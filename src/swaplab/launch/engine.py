@@ -155,7 +155,9 @@ class Gang:
         if recipe.shm_size:
             argv += ["--shm-size", recipe.shm_size]
         for key, value in self.env(rank).items():
-            argv += ["-e", f"{key}={value}"]
+            # A secret's value never enters an argv: `-e NAME` copies it from the docker
+            # client's environment, where `up` puts it (see Step.secrets).
+            argv += ["-e", key if key in recipe.secret_keys else f"{key}={value}"]
         for mount in self.mounts:
             argv += ["-v", f"{mount.host}:{mount.container}"]
         image = recipe.docker_image or ""

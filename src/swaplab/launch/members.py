@@ -38,8 +38,8 @@ def rank_env(plan: Plan, start_id: str, node: NodePlan) -> dict[str, str]:
     """The environment added to a rank process on its node.
 
     For engine "process" that is the plan's env (recipe, cluster NCCL table, launcher
-    variables); container engines have theirs in `docker run -e` already, so the docker
-    client gets only the labels.
+    variables) less the secrets, which `up` sends apart; container engines have theirs in
+    `docker run -e` already, so the docker client gets only the labels.
     """
     labels = {
         "SWAPLAB_RECIPE": plan.recipe.slug,
@@ -49,7 +49,9 @@ def rank_env(plan: Plan, start_id: str, node: NodePlan) -> dict[str, str]:
         "SWAPLAB_RANK": str(node.rank),
     }
     if plan.recipe.engine == "process":
-        return {**node.env, **labels}
+        # Secrets travel apart, never in an argv (Step.secrets): the plan holds only their references.
+        env = {key: value for key, value in node.env.items() if key not in plan.recipe.secret_keys}
+        return {**env, **labels}
     return labels
 
 

@@ -151,7 +151,8 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
         }),
         engine=engine,
     )
-    ordered = tuple(engine.rank_steps(gang))
+    # Every rank process gets the secrets in its environment (the docker client, for containers).
+    ordered = tuple((rank, replace(step, secrets=recipe.secret_keys)) for rank, step in engine.rank_steps(gang))
     nodes = []
     for rank, host in enumerate(hosts):
         steps: list[Step] = []
@@ -206,7 +207,7 @@ def _download_step(recipe: Recipe, hub: Mount, models: tuple[str, ...]) -> Step:
     """Fetch the models into the hub, in the recipe's image (which has huggingface_hub)."""
     argv = ["docker", "run", "--rm", "--network", "host", "-e", f"HF_HOME={hub.container}"]
     for key, value in recipe.env.items():
-        argv += ["-e", f"{key}={value}"]
+        argv += ["-e", key if key in recipe.secret_keys else f"{key}={value}"]
     # A helper, not a rank: it replaces the image's entrypoint whatever the recipe says, since
     # that entrypoint may be a server (vllm/vllm-openai's `vllm serve`, llama.cpp's binaries)
     # that would take `python3 -c ...` as its own arguments. It runs no GPU work (no --gpus),
@@ -214,7 +215,7 @@ def _download_step(recipe: Recipe, hub: Mount, models: tuple[str, ...]) -> Step:
     # download recipe runs the same way (`docker run --rm --entrypoint python3 ...`).
     argv += ["-v", f"{hub.host}:{hub.container}", "--entrypoint", "python3", recipe.docker_image or ""]
     argv += ["-c", DOWNLOAD_SCRIPT, *models]
-    return Step("download-models", tuple(argv), "prepare")
+    return Step("download-models", tuple(argv), "prepare", secrets=recipe.secret_keys)
 
 
 def hub_folder(root: str, repo: str) -> str:
@@ -282,7 +283,7 @@ def plan_text(plan: Plan) -> str:
         role = "head" if node.rank == 0 else "worker"
         lines += ["", f"rank {node.rank} ({role}) on {node.host.name}, fabric {node.host.fabric_ip}"]
         for number, step in enumerate(node.steps, 1):
-            lines.append(f"  {number}. {step.name} [{step.kind}]{_step_note(step, node.host)}")
+            lines.append(f"  {number}. {step.name} [{step.kind}]{_step_note(step, node.host, recipe)}")
             lines.append(_indent(format_argv(step.argv), "       "))
         if recipe.engine == "process":
             lines.append("     env:")
@@ -290,8 +291,12 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _step_note(step: Step, host: Host) -> str:
+def _step_note(step: Step, host: Host, recipe: Recipe) -> str:
     notes = []
+    if step.secrets:
+        # The reference, never the value: `plan` reads no environment.
+        filled = ", ".join(f"{key}={recipe.env[key]}" for key in step.secrets)
+        notes.append(f"environment from yours at `up`, through ssh's stdin (no argv): {filled}")
     if step.kind == "local":
         notes.append("on this machine")
     if step.stdin_from:

@@ -8,7 +8,7 @@ import asyncio
 import os
 import shlex
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from swaplab.launch import remote
 from swaplab.launch.output import Observer, read_lines
@@ -18,13 +18,14 @@ from swaplab.launch.spec import Step
 from swaplab.launch.supervise import TAIL_LINES, GangFailed, tail_text
 
 
-async def prepare(plan: Plan, observer: Observer) -> None:
-    """The local steps (once, here), then every node's prepare steps (nodes side by side)."""
+async def prepare(plan: Plan, observer: Observer, secrets: Mapping[str, str] | None = None) -> None:
+    """The local steps (once, here), then every node's prepare steps (nodes side by side);
+    `secrets` (the recipe's `${env.NAME}` keys, filled in) reach the steps that name them."""
     for node in plan.nodes:
         for step in node.steps:
             if step.kind == "local":
                 await _run_local(step, observer)
-    await asyncio.gather(*(_prepare_node(plan, node, observer) for node in plan.nodes))
+    await asyncio.gather(*(_prepare_node(plan, node, observer, secrets or {}) for node in plan.nodes))
 
 
 async def node_home(target: SshTarget, steps: Sequence[Step]) -> str:
@@ -62,7 +63,7 @@ async def _show_output(process: asyncio.subprocess.Process, prefix: str, observe
     return tail_text(last)
 
 
-async def _prepare_node(plan: Plan, node: NodePlan, observer: Observer) -> None:
+async def _prepare_node(plan: Plan, node: NodePlan, observer: Observer, secrets: Mapping[str, str]) -> None:
     target = remote.target_for(plan.cluster, node.host)
     home = await node_home(target, node.steps)
     for step in node.steps:
@@ -76,7 +77,7 @@ async def _prepare_node(plan: Plan, node: NodePlan, observer: Observer) -> None:
             observer.message(f"{step.name} on {node.host.name}: already done (same as here)")
             continue
         observer.message(f"{step.name} on {node.host.name}: {shlex.join(argv)}")
-        await _run_prepare(target, node, step, argv, observer)
+        await _run_prepare(target, node, step, argv, observer, {key: secrets[key] for key in step.secrets})
 
 
 async def _same_here_and_there(target: SshTarget, argv: tuple[str, ...]) -> bool:
@@ -89,11 +90,20 @@ async def _same_here_and_there(target: SshTarget, argv: tuple[str, ...]) -> bool
     return here.returncode == 0 and there.ok and bool(local_text) and local_text == there.stdout.strip()
 
 
-async def _run_prepare(target: SshTarget, node: NodePlan, step: Step, argv: tuple[str, ...], observer: Observer) -> None:
-    """A prepare step to completion, output shown; its input piped from a local command when it has one."""
+async def _run_prepare(
+    target: SshTarget, node: NodePlan, step: Step, argv: tuple[str, ...], observer: Observer, secrets: Mapping[str, str]
+) -> None:
+    """A prepare step to completion, output shown; its input piped from a local command when it has one,
+    or its secrets put into its environment through ssh's stdin."""
     feeder = None
     read_end = None
-    if step.stdin_from:
+    if secrets:
+        # A few hundred bytes: the pipe holds them all, so writing cannot block.
+        read_end, write_end = os.pipe()
+        os.write(write_end, remote.secrets_script(secrets))
+        os.close(write_end)
+        argv = tuple(remote.with_secrets(argv))
+    elif step.stdin_from:
         read_end, write_end = os.pipe()
         try:
             feeder = await asyncio.create_subprocess_exec(

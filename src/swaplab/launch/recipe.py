@@ -31,7 +31,14 @@ from swaplab.config.reader import (
 from swaplab.launch.cluster import ENV_NAME, read_env_table
 from swaplab.launch.engine import Engine, argument_faults, layout_fault
 from swaplab.launch.engines import engine_names, get_engine
-from swaplab.launch.spec import HUB_REPO, Mount, Readiness, Recipe
+from swaplab.launch.spec import (
+    ENV_REFERENCE,
+    HUB_REPO,
+    EnvReference,
+    Mount,
+    Readiness,
+    Recipe,
+)
 from swaplab.launch.tomlfile import Checker, read_toml
 
 DEFAULT_PORT = 30000
@@ -113,6 +120,10 @@ def load_recipe(path: str | Path) -> Recipe:
         args=args,
         port=checker.get(top, (), "port", as_port, "a port number", default=DEFAULT_PORT),
         env=MappingProxyType(env),
+        env_references=tuple(
+            EnvReference(key, match.group(1), document.line_of(("env", key)))
+            for key, value in env.items() for match in ENV_REFERENCE.finditer(value)
+        ),
         extra_mounts=mounts,
         readiness=_read_readiness(checker, top.get("readiness", {}), engine),
         drop_caches=checker.get(top, (), "drop_caches", as_boolean, "true or false", default=uses_docker),

@@ -155,9 +155,11 @@ async def run_script(
     return await run(target, ["sh", "-c", script, "swaplab", *arguments], timeout=timeout, stdin=stdin)
 
 
-async def check(target: SshTarget, argv: Sequence[str], *, what: str, timeout: float | None = None) -> str:
+async def check(
+    target: SshTarget, argv: Sequence[str], *, what: str, timeout: float | None = None, stdin: bytes | None = None
+) -> str:
     """Run `argv` on `target` and return its stdout; RemoteError with its output when it fails."""
-    result = await run(target, argv, timeout=timeout)
+    result = await run(target, argv, timeout=timeout, stdin=stdin)
     if not result.ok:
         output = (result.stdout + result.stderr).strip()
         raise RemoteError(f"{target}: {what} failed with code {result.returncode}: `{shlex.join(argv)}`\n{output}")
@@ -227,21 +229,27 @@ alive() {
 }
 """
 
-# $1: the rank's folder (relative paths are under $HOME); $2...: the rank's argv.
+# $1: the rank's folder (relative paths are under $HOME); $2...: the rank's argv; stdin:
+# the secrets, as `export NAME='value'` lines (see secrets_script).
 # The inner sh leads a new session: it outlives this ssh session, one signal to its
 # process group reaches all the rank started, and it stays to record the exit status.
+# The secrets go to a file only this user reads; the inner sh sources it and removes it
+# before the rank starts, so they reach the rank's environment and no argv, and the
+# inner sh's own environment (what `down` scans) never holds them.
 _START = _ALIVE + r"""
 dir=$1; shift
 mkdir -p "$dir" || exit 1
-rm -f "$dir/pid" "$dir/started" "$dir/exit"
+rm -f "$dir/pid" "$dir/started" "$dir/exit" "$dir/secrets.env"
+(umask 077 && cat > "$dir/secrets.env") || exit 1
 : > "$dir/output.log"
-setsid sh -c 'echo $$ > "$0/started.tmp" && mv "$0/started.tmp" "$0/started"
+setsid sh -c '. "$0/secrets.env"; rm -f "$0/secrets.env"
+    echo $$ > "$0/started.tmp" && mv "$0/started.tmp" "$0/started"
     "$@" >> "$0/output.log" 2>&1 < /dev/null
     echo $? > "$0/exit"' "$dir" "$@" < /dev/null > /dev/null 2>&1 &
 tries=0
 while [ ! -s "$dir/started" ]; do
     tries=$((tries + 1))
-    if [ "$tries" -gt 400 ]; then echo "the rank did not start within 20 s" >&2; exit 1; fi
+    if [ "$tries" -gt 400 ]; then rm -f "$dir/secrets.env"; echo "the rank did not start within 20 s" >&2; exit 1; fi
     sleep 0.05
 done
 identity "$(cat "$dir/started")" > "$dir/pid"
@@ -336,11 +344,35 @@ class LabeledProcess:
     command: str
 
 
-async def start_detached(target: SshTarget, directory: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """Start `argv` detached on `target` with `env` added, output to `directory/output.log`; returns its pid."""
+# stdin: the secrets as `export NAME='value'` lines; then "$@" runs with them in its
+# environment (and nothing but its environment: no file, no argv).
+_WITH_SECRETS = 'eval "$(cat)" && exec "$@" < /dev/null'
+
+
+def secrets_script(secrets: Mapping[str, str]) -> bytes:
+    """`secrets` as POSIX sh `export` lines (each value quoted): what the node-side scripts read from stdin."""
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in secrets.items()).encode()
+
+
+def with_secrets(argv: Sequence[str]) -> list[str]:
+    """`argv` run by a wrapper that first reads `secrets_script` from stdin into the environment."""
+    return ["sh", "-c", _WITH_SECRETS, "swaplab", *argv]
+
+
+async def start_detached(
+    target: SshTarget, directory: str, argv: Sequence[str], env: Mapping[str, str],
+    secrets: Mapping[str, str] | None = None,
+) -> int:
+    """Start `argv` detached on `target` with `env` added, output to `directory/output.log`; returns its pid.
+
+    `secrets` reach the rank's environment through ssh's stdin, never an argv (here or on the node).
+    """
     assignments = [f"{name}={value}" for name, value in env.items()]
     command = ["env", *assignments, "sh", "-c", _START, "swaplab", directory, *argv]
-    output = await check(target, command, what="starting a rank", timeout=CONNECT_TIMEOUT_SECONDS * 4)
+    output = await check(
+        target, command, what="starting a rank", timeout=CONNECT_TIMEOUT_SECONDS * 4,
+        stdin=secrets_script(secrets or {}),
+    )
     return int(output.split()[-1])
 
 

@@ -11,9 +11,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from swaplab.errors import SwaplabError
+
 STEP_KINDS = ("local", "prepare", "rank", "check")
 HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 """A Hugging Face repo id, ORG/NAME."""
+ENV_REFERENCE = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
+"""`${env.NAME}` in an [env] value: the launching user's NAME, read by `up` (never by `plan`)."""
+
+
+class MissingVariable(SwaplabError):
+    """An [env] value reads a variable the launching user's environment does not have."""
+
+
+@dataclass(frozen=True)
+class EnvReference:
+    """A `${env.NAME}` in the recipe's [env]: which key holds it, and at which line."""
+
+    key: str
+    variable: str
+    line: int
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,8 @@ class Recipe:
     """Other hub repos the engine reads (a drafter): downloaded and mirrored like `model`."""
     rendezvous_port: int | None = None
     """Where ranks meet (vLLM --master-port, SGLang --dist-init-addr, Ray GCS, llama.cpp RPC); None: the engine's default."""
+    env_references: tuple[EnvReference, ...] = ()
+    """Every `${env.NAME}` of [env], in file order: those keys are secrets, filled in by `up`."""
     content_hash: str = field(default="", repr=False)
 
     @property
@@ -83,6 +102,26 @@ class Recipe:
     def digest(self) -> str:
         """The recipe's hash (of its values, so comments do not change it), carried in labels."""
         return self.content_hash
+
+    @property
+    def secret_keys(self) -> tuple[str, ...]:
+        """The [env] keys whose value reads the launching user's environment (`${env.NAME}`), in [env] order."""
+        return tuple(dict.fromkeys(reference.key for reference in self.env_references))
+
+    def resolve_secrets(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """Each secret key's value, its `${env.NAME}` read from `environ`; MissingVariable
+        naming every variable that is not set, at its FILE:LINE."""
+        missing = [reference for reference in self.env_references if reference.variable not in environ]
+        if missing:
+            raise MissingVariable("\n".join(
+                f"{self.path}:{reference.line}: [env] {reference.key} reads ${{env.{reference.variable}}}, but "
+                f"{reference.variable} is not set in this environment: export it before `swaplab launch up`"
+                for reference in missing
+            ))
+        return {
+            key: ENV_REFERENCE.sub(lambda match: environ[match.group(1)], self.env[key])
+            for key in self.secret_keys
+        }
 
     @property
     def hub_models(self) -> tuple[str, ...]:
@@ -115,3 +154,6 @@ class Step:
     wait_for_port: int | None = None
     """For a rank step: the next rank step in start order waits until the node's fabric_ip
     accepts connections on this port (Ray's GCS, a llama.cpp rpc-server)."""
+    secrets: tuple[str, ...] = ()
+    """Variables whose values `up` puts into this step's environment without any argv (over
+    ssh's stdin): the recipe's `${env.NAME}` keys. The argv names them at most (`-e NAME`)."""

@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import time
+from collections.abc import Mapping
 
 from swaplab.errors import SwaplabError
 from swaplab.launch import doctor, remote, state
@@ -47,6 +48,9 @@ def up(recipe: Recipe, cluster: Cluster, settings: UpSettings, observer: Observe
 
 async def _up(recipe: Recipe, cluster: Cluster, settings: UpSettings, observer: Observer) -> state.RunRecord:
     plan = make_plan(recipe, cluster, run_id=default_run_id(recipe, cluster))
+    # Read before anything starts, so a missing variable fails here; only ever held in
+    # memory and sent through ssh's stdin (never an argv, a log line or the state file).
+    secrets = recipe.resolve_secrets(os.environ)
     start_id = state.new_start_id()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -65,9 +69,9 @@ async def _up(recipe: Recipe, cluster: Cluster, settings: UpSettings, observer: 
         observer.message(
             f"run {start_id} of {recipe.slug} on {cluster.name}: {len(plan.nodes)} node(s), serving at {plan.head_url}"
         )
-        run = _Run(plan, folder, record, Supervisor(recipe, folder, observer), observer)
+        run = _Run(plan, folder, record, Supervisor(recipe, folder, observer), observer, secrets)
         try:
-            await until(prepare(plan, observer), None, stop)
+            await until(prepare(plan, observer, secrets), None, stop)
             timeout = recipe.readiness.timeout
             await until(
                 run.start_ranks(), run.supervisor, stop,
@@ -103,9 +107,11 @@ class _Run:
     """One `up` once its run exists: starting the ranks, staying with them, ending them."""
 
     def __init__(
-        self, plan: Plan, folder: state.RunFolder, record: state.RunRecord, supervisor: Supervisor, observer: Observer
+        self, plan: Plan, folder: state.RunFolder, record: state.RunRecord, supervisor: Supervisor, observer: Observer,
+        secrets: Mapping[str, str],
     ):
         self.plan = plan
+        self.secrets = secrets
         self.folder = folder
         self.record = record
         self.supervisor = supervisor
@@ -122,7 +128,8 @@ class _Run:
             argv = expand_home(member.step.argv, homes[member.node.host.name])
             self.observer.message(f"starting {member.title}: {shlex.join(argv)}")
             pid = await remote.start_detached(
-                member.target, member.directory, argv, rank_env(plan, record.start_id, member.node)
+                member.target, member.directory, argv, rank_env(plan, record.start_id, member.node),
+                {key: self.secrets[key] for key in member.step.secrets},
             )
             record.ranks.append(state.RankRecord(
                 name=member.name, rank=member.rank, host=member.node.host.name, step=member.step.name,
