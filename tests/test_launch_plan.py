@@ -579,3 +579,107 @@ def test_the_plan_command_refuses_a_loopback_cluster_for_vllm(tmp_path):
     done = run_swaplab("launch", "plan", str(SEED), "--cluster", "c", "--clusters", str(clusters))
     assert done.returncode == 2
     assert done.stderr.startswith("swaplab: host a of cluster 'c' has the loopback fabric_ip 127.0.0.1")
+
+
+# --- RDMA and extra container options -------------------------------------------------------
+
+
+def docker_options(argv: tuple[str, ...], image: str) -> tuple[str, ...]:
+    """The `docker run` words before the image (the server's own flags follow it)."""
+    return argv[: argv.index(image)]
+
+
+def test_golden_container_options_on_the_roce_cluster():
+    check_golden(plan_of(FIXTURES / "qwen-container"), "qwen-container")
+
+
+def test_golden_container_options_on_a_privileged_cluster():
+    check_golden(plan_of(FIXTURES / "qwen-container", "ds4-privileged"), "qwen-container-privileged", as_text=True)
+
+
+def test_the_seeds_roce_cluster_gives_every_rank_the_hcas_memlock_and_ipc_lock_and_keeps_the_ngc_wrapper():
+    plan = plan_of(SEED)
+    image = plan.recipe.docker_image
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        options = docker_options(argv, image)
+        assert values_of(options, "--device") == ["/dev/infiniband"]
+        assert values_of(options, "--ulimit") == ["memlock=-1:-1"]
+        assert values_of(options, "--cap-add") == ["IPC_LOCK"]
+        assert "--privileged" not in options and "--entrypoint" not in options
+        assert argv[argv.index(image) + 1 : argv.index(image) + 3] == ("vllm", "serve")
+
+
+def test_explicit_options_that_repeat_the_rdma_defaults_come_out_once_and_the_recipe_adds_its_own():
+    plan = plan_of(FIXTURES / "qwen-container")
+    argv = rank_argv(plan, 0)
+    options = docker_options(argv, plan.recipe.docker_image)
+    assert values_of(options, "--device") == ["/dev/infiniband", "/dev/gdrdrv"]
+    assert values_of(options, "--ulimit") == ["memlock=-1:-1", "nofile=65536:65536", "stack=67108864:67108864"]
+    assert values_of(options, "--cap-add") == ["IPC_LOCK", "SYS_NICE"]
+    assert values_of(options, "--user") == ["1000:1000"]
+    assert values_of(options, "-v")[-2:] == ["/etc/ssl/certs:/etc/ssl/certs:ro", "/opt/licenses:/licenses:ro"]
+
+
+def test_a_privileged_cluster_replaces_devices_and_capabilities_and_the_recipe_overrides_its_limits(tmp_path):
+    plan = plan_of(FIXTURES / "gemma-llamacpp", "ds4-privileged")
+    options = docker_options(rank_argv(plan, 0), plan.recipe.docker_image)
+    assert "--privileged" in options and "--device" not in options
+    assert values_of(options, "--ulimit") == ["memlock=-1:-1", "nofile=1048576:1048576"]
+    assert values_of(options, "--cap-add") == ["SYS_PTRACE"]
+
+    recipe = write_recipe(tmp_path, FIXTURES / "qwen-container", replace_text=(
+        'user = "1000:1000"', 'user = "1000:1000"\nprivileged = false\n'
+    ))
+    own = plan_of(recipe, "ds4-privileged")
+    options = docker_options(rank_argv(own, 1), own.recipe.docker_image)
+    assert "--privileged" not in options
+    assert values_of(options, "--device") == ["/dev/infiniband", "/dev/gdrdrv"]
+    assert values_of(options, "--ulimit") == ["memlock=-1:-1", "nofile=65536:65536", "stack=67108864:67108864"]
+    assert values_of(options, "--cap-add") == ["IPC_LOCK", "SYS_PTRACE", "SYS_NICE"]
+
+
+def write_recipe(tmp_path: Path, source: Path, *, replace_text: tuple[str, str]) -> Path:
+    text = (source / "recipe.toml").read_text()
+    assert replace_text[0] in text
+    folder = tmp_path / source.name
+    folder.mkdir()
+    (folder / "recipe.toml").write_text(text.replace(*replace_text))
+    return folder / "recipe.toml"
+
+
+@pytest.mark.parametrize("nccl, rdma", [
+    ('NCCL_IB_HCA = "rocep1s0f1"', True),
+    ('NCCL_IB_HCA = "rocep1s0f1"\nNCCL_IB_DISABLE = "1"', False),
+    ('NCCL_IB_HCA = "rocep1s0f1"\nNCCL_NET = "Socket"', False),
+    ('NCCL_SOCKET_IFNAME = "enp1s0f1np1"', False),
+])
+def test_rdma_follows_the_nccl_settings_of_the_cluster_or_any_host(tmp_path, nccl, rdma):
+    base = (
+        '[clusters.c]\nhosts = [{ name = "a", fabric_ip = "10.0.0.1" }, { name = "b", fabric_ip = "10.0.0.2" }]\n'
+    )
+    for text in (f"{base}[nccl.c]\n{nccl}\n", f"{base}[hosts.b.nccl]\n{nccl}\n"):
+        clusters = tmp_path / "clusters.toml"
+        clusters.write_text(text)
+        cluster = get_cluster(clusters, "c")
+        assert cluster.uses_rdma is rdma
+        recipe = load_recipe(SEED)
+        argv = make_plan(recipe, cluster, run_id="r").nodes[0].steps[-1].argv
+        assert ("--device" in docker_options(argv, recipe.docker_image)) is rdma
+    # Said outright, either way, whatever the settings.
+    for said in (True, False):
+        clusters.write_text(f"{base}rdma = {str(said).lower()}\n[nccl.c]\n{nccl}\n")
+        assert get_cluster(clusters, "c").uses_rdma is said
+
+
+def test_a_hosts_own_nccl_settings_win_over_the_clusters_for_its_rank_only(tmp_path):
+    clusters = tmp_path / "clusters.toml"
+    clusters.write_text(CLUSTERS.read_text() + '\n[hosts.dgx4.nccl]\nNCCL_IB_HCA = "roceP2p1s0f1"\nNCCL_IB_GID_INDEX = "3"\n')
+    recipe = load_recipe(SEED)
+    cluster = get_cluster(clusters, "ds4")
+    plan = make_plan(recipe, cluster, run_id="r")
+    assert plan.nodes[0].env["NCCL_IB_HCA"] == "rocep1s0f1" and "NCCL_IB_GID_INDEX" not in plan.nodes[0].env
+    assert plan.nodes[1].env["NCCL_IB_HCA"] == "roceP2p1s0f1" and plan.nodes[1].env["NCCL_IB_GID_INDEX"] == "3"
+    assert plan.nodes[1].env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
+    worker = rank_argv(plan, 1)
+    assert "NCCL_IB_HCA=roceP2p1s0f1" in values_of(worker, "-e") and "NCCL_IB_HCA=rocep1s0f1" not in values_of(worker, "-e")

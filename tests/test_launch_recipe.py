@@ -168,7 +168,7 @@ ready = ["(unclosed"]
 """)
     assert faults_of(load_recipe, path) == [
         f"{path}:4: tensor_parallel_size must be a whole number, not a string '2'",
-        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, data_parallel_size, gpus_per_node, distributed_backend, shm_size, entrypoint, replace_image_entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness",
+        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, data_parallel_size, gpus_per_node, distributed_backend, shm_size, entrypoint, replace_image_entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness, container",
         f"{path}:6: args must be an array of strings, not an array [{', '.join(repr(x) for x in ['--served-model-name', 'm', '--nnodes', '2', True])}]: element 4 is a boolean; write it as a string",
         f"{path}:11: port must be a port number, not an integer 70000: a port is 1 to 65535",
         f"{path}:15: env.FLAG must be a string, not a boolean; quote it",
@@ -512,7 +512,7 @@ X = "y"
 
 
 def test_an_unknown_cluster_or_a_missing_file_says_what_to_do(tmp_path):
-    with pytest.raises(SwaplabError, match=r"no cluster 'ds9' in .*; known clusters: ds4, ds4-local"):
+    with pytest.raises(SwaplabError, match=r"no cluster 'ds9' in .*; known clusters: ds4, ds4-local, ds4-privileged"):
         get_cluster(FIXTURES / "clusters.toml", "ds9")
     with pytest.raises(SwaplabError, match=r"no clusters file at .*absent.toml; write one with a \[clusters.ds4\] table"):
         get_cluster(tmp_path / "absent.toml", "ds4")

@@ -8,8 +8,13 @@ local_cache_dir = "/var/cache/hf"          # optional: mirror the recipe's model
 ssh_options = ["ConnectTimeout=10"]        # optional extra `ssh -o` options
 hosts = [{ name = "dgx3", fabric_ip = "192.168.100.3" },
          { name = "dgx4", fabric_ip = "192.168.100.4", ssh_port = 2222 }]   # head first
+rdma = true                                # optional: ranks get the RDMA devices (inferred from NCCL_IB_HCA)
+[clusters.ds4.container]                   # optional: extra docker run options (see ContainerOptions)
+ulimits = { nofile = "65536:65536" }
 [nccl.ds4]
 NCCL_SOCKET_IFNAME = "enp1s0f1np1"
+[hosts.dgx4.nccl]                          # optional: one host's NCCL settings, over [nccl.ds4]
+NCCL_IB_HCA = "rocep1s0f1"
 ```
 """
 
@@ -18,13 +23,14 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from swaplab.config.reader import (
     KeyPath,
+    as_boolean,
     as_port,
     as_string,
     as_strings,
@@ -32,11 +38,23 @@ from swaplab.config.reader import (
     dotted,
 )
 from swaplab.errors import SwaplabError
+from swaplab.launch.spec import ContainerOptions
 from swaplab.launch.tomlfile import Checker, read_toml
 
-CLUSTER_KEYS = ("user", "hf_cache_dir", "local_cache_dir", "ssh_options", "hosts")
+CLUSTER_KEYS = ("user", "hf_cache_dir", "local_cache_dir", "ssh_options", "hosts", "rdma", "container")
 HOST_KEYS = ("name", "fabric_ip", "ssh_port")
+HOST_TABLE_KEYS = ("nccl",)
+"""What a top-level [hosts.NAME] table may hold."""
+CONTAINER_KEYS = ("devices", "ulimits", "cap_add", "user", "privileged", "read_only_mounts")
+ULIMIT_NAMES = (
+    "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
+    "rss", "rtprio", "rttime", "sigpending", "stack",
+)
+"""The limits `docker run --ulimit` knows."""
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CAPABILITY = re.compile(r"^[A-Z][A-Z_]*$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$")
+_LIMIT = re.compile(r"^(-1|[0-9]+)$")
 
 
 @dataclass(frozen=True)
@@ -65,17 +83,41 @@ class Cluster:
     ssh_options: tuple[str, ...] = ()
     local_cache_dir: str | None = None
     """Where each node keeps its own copy of the recipe's models (None: no mirroring)."""
+    host_nccl: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: MappingProxyType({}))
+    """Each host's own `[hosts.NAME.nccl]`, by host name, over `nccl`."""
+    rdma: bool | None = None
+    """`rdma = true/false`; None: decided by the NCCL settings (see `uses_rdma`)."""
+    container: ContainerOptions = ContainerOptions()
+    """The cluster's `[clusters.NAME.container]`, under the recipe's `[container]`."""
 
     @property
     def head(self) -> Host:
         return self.hosts[0]
+
+    def nccl_of(self, host: Host) -> dict[str, str]:
+        """The NCCL env of ranks on `host`: the cluster's `[nccl.NAME]`, then the host's own (host wins)."""
+        return {**self.nccl, **self.host_nccl.get(host.name, {})}
+
+    @property
+    def uses_rdma(self) -> bool:
+        """Whether ranks meet over RDMA, so their containers need the HCAs: `rdma` when set, else
+        whether any host's NCCL settings name HCAs (NCCL_IB_HCA) without turning IB off."""
+        if self.rdma is not None:
+            return self.rdma
+        return any(_asks_for_rdma(self.nccl_of(host)) for host in self.hosts)
+
+
+def _asks_for_rdma(env: Mapping[str, str]) -> bool:
+    # The same reading of the switches as doctor's transport (fabric.nccl_transport).
+    disabled = env.get("NCCL_IB_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
+    return bool(env.get("NCCL_IB_HCA")) and not disabled and env.get("NCCL_NET", "").strip().lower() != "socket"
 
 
 def load_clusters(path: str | Path) -> dict[str, Cluster]:
     """Every cluster of the clusters file; raises ConfigError listing every fault at its line."""
     document = read_toml(Path(path).expanduser())
     checker = Checker(document)
-    top = checker.table(document.data, (), ("clusters", "nccl"))
+    top = checker.table(document.data, (), ("clusters", "nccl", "hosts"))
     clusters_table = top.get("clusters", {})
     if not isinstance(clusters_table, dict):
         checker.fault(("clusters",), f"clusters must be a table of [clusters.NAME] tables, not {describe(clusters_table)}")
@@ -89,6 +131,13 @@ def load_clusters(path: str | Path) -> dict[str, Cluster]:
             checker.fault(("nccl", name), f"[nccl.{name}] names no cluster; known clusters: {', '.join(clusters_table) or '(none)'}")
     clusters = {
         name: _read_cluster(checker, name, value, nccl_table.get(name, {})) for name, value in clusters_table.items()
+    }
+    host_nccl = _read_host_tables(checker, top.get("hosts", {}), {host.name for cluster in clusters.values() for host in cluster.hosts})
+    clusters = {
+        name: replace(cluster, host_nccl=MappingProxyType({
+            host.name: host_nccl[host.name] for host in cluster.hosts if host.name in host_nccl
+        }))
+        for name, cluster in clusters.items()
     }
     if not clusters and "clusters" not in top:
         checker.fault((), "no [clusters.NAME] table; add one (see docs/launch.md)")
@@ -138,7 +187,104 @@ def _read_cluster(checker: Checker, name: str, value: Any, nccl: Any) -> Cluster
         ssh_options=checker.get(table, where, "ssh_options", _as_ssh_options, "an array of OPTION=VALUE strings", default=()),
         hosts=tuple(hosts),
         nccl=MappingProxyType(read_env_table(checker, ("nccl", name), nccl)),
+        rdma=checker.get(table, where, "rdma", as_boolean, "true or false"),
+        container=read_container_table(checker, where + ("container",), table.get("container", {})),
     )
+
+
+def _read_host_tables(checker: Checker, value: Any, known: set[str]) -> dict[str, MappingProxyType]:
+    """The top-level `[hosts.NAME.nccl]` tables, by host name; NAME must be a host of some cluster."""
+    if not isinstance(value, dict):
+        checker.fault(("hosts",), f"hosts must be a table of [hosts.NAME.nccl] tables, not {describe(value)}")
+        return {}
+    tables: dict[str, MappingProxyType] = {}
+    for name, item in value.items():
+        where: KeyPath = ("hosts", name)
+        if name not in known:
+            # At the header's line: `[hosts.NAME.nccl]` records only its full path.
+            header = where + ("nccl",) if isinstance(item, dict) and "nccl" in item else where
+            checker.fault(header, (
+                f"no cluster has a host named {name!r} (the NAME of [hosts.NAME.nccl] is a host's name); "
+                f"known hosts: {', '.join(sorted(known)) or '(none)'}"
+            ))
+        table = checker.table(item, where, HOST_TABLE_KEYS)
+        if "nccl" in table:
+            tables[name] = MappingProxyType(read_env_table(checker, where + ("nccl",), table["nccl"], strings_only=True))
+    return tables
+
+
+def read_container_table(checker: Checker, where: KeyPath, value: Any) -> ContainerOptions:
+    """A `[container]` table (a recipe's, or a cluster's): extra `docker run` options, each checked."""
+    table = checker.table(value, where, CONTAINER_KEYS)
+    ulimits: dict[str, str] = {}
+    limits = table.get("ulimits", {})
+    if not isinstance(limits, dict):
+        checker.fault(where + ("ulimits",), f"{dotted(where + ('ulimits',))} must be a table of NAME = \"SOFT:HARD\", not {describe(limits)}")
+    else:
+        for name in limits:
+            if name not in ULIMIT_NAMES:
+                checker.fault(where + ("ulimits", name), f"unknown ulimit {name!r}; docker knows {', '.join(ULIMIT_NAMES)}")
+                continue
+            limit = checker.get(limits, where + ("ulimits",), name, _as_limit, "\"SOFT:HARD\" (numbers, -1 for unlimited)")
+            if limit is not None:
+                ulimits[name] = limit
+    return ContainerOptions(
+        devices=checker.get(table, where, "devices", _as_devices, "an array of absolute host device paths", default=()),
+        ulimits=tuple(ulimits.items()),
+        cap_add=checker.get(table, where, "cap_add", _as_capabilities, "an array of capability names such as \"IPC_LOCK\"", default=()),
+        user=checker.get(table, where, "user", _as_user, "\"UID:GID\" or a user name"),
+        privileged=checker.get(table, where, "privileged", as_boolean, "true or false"),
+        read_only_mounts=checker.get(
+            table, where, "read_only_mounts", _as_read_only_mounts, "an array of \"HOST:CONTAINER\" absolute paths", default=()
+        ),
+    )
+
+
+def _as_devices(value: Any) -> tuple[str, ...]:
+    devices = as_strings(value)
+    for device in devices:
+        if not device.startswith("/") or ":" in device or any(character.isspace() for character in device):
+            raise ValueError(f"{device!r} is not an absolute host path (such as /dev/infiniband)")
+    return tuple(dict.fromkeys(devices))
+
+
+def _as_limit(value: Any) -> str:
+    # A bare number is both limits, as docker takes `--ulimit nofile=65536`.
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    text = as_string(value)
+    parts = text.split(":")
+    if len(parts) > 2 or not all(_LIMIT.match(part) for part in parts):
+        raise ValueError("write SOFT:HARD, each a number or -1 (unlimited)")
+    soft, hard = parts[0], parts[-1]
+    if hard != "-1" and (soft == "-1" or int(soft) > int(hard)):
+        raise ValueError("the soft limit is above the hard one")
+    return f"{soft}:{hard}"
+
+
+def _as_capabilities(value: Any) -> tuple[str, ...]:
+    names = as_strings(value)
+    for name in names:
+        if not _CAPABILITY.match(name):
+            raise ValueError(f"{name!r} is not a capability name (uppercase letters and _, such as IPC_LOCK)")
+    return tuple(dict.fromkeys(names))
+
+
+def _as_user(value: Any) -> str:
+    text = as_string(value)
+    if not _USER.match(text):
+        raise ValueError("write UID:GID, a user name, or NAME:GROUP")
+    return text
+
+
+def _as_read_only_mounts(value: Any) -> tuple[tuple[str, str], ...]:
+    mounts = []
+    for text in as_strings(value):
+        host, _, container = text.partition(":")
+        if not host.startswith("/") or not container.startswith("/") or ":" in container:
+            raise ValueError(f"{text!r} is not HOST:CONTAINER with both paths absolute")
+        mounts.append((host, container))
+    return tuple(mounts)
 
 
 def _read_host(checker: Checker, where: KeyPath, value: Any) -> Host | None:
@@ -155,8 +301,8 @@ def _read_host(checker: Checker, where: KeyPath, value: Any) -> Host | None:
     return Host(name=name, fabric_ip=fabric_ip, ssh_port=ssh_port)
 
 
-def read_env_table(checker: Checker, where: KeyPath, value: Any) -> dict[str, str]:
-    """An env table: NAME = value, values strings or numbers (written as text)."""
+def read_env_table(checker: Checker, where: KeyPath, value: Any, *, strings_only: bool = False) -> dict[str, str]:
+    """An env table: NAME = value, values strings or (unless `strings_only`) numbers, written as text."""
     if not isinstance(value, dict):
         checker.fault(where, f"[{dotted(where)}] must be a table of NAME = \"value\", not {describe(value)}")
         return {}
@@ -166,7 +312,7 @@ def read_env_table(checker: Checker, where: KeyPath, value: Any) -> dict[str, st
             checker.fault(where + (key,), f"{key!r} is not an environment variable name (letters, digits, _)")
         elif isinstance(item, str):
             env[key] = item
-        elif isinstance(item, (int, float)) and not isinstance(item, bool):
+        elif isinstance(item, (int, float)) and not isinstance(item, bool) and not strings_only:
             env[key] = str(item)
         else:
             checker.fault(where + (key,), f"{dotted(where + (key,))} must be a string, not {describe(item)}; quote it")

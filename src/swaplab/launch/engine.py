@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from swaplab.launch.cluster import Cluster, Host
-from swaplab.launch.spec import Mount, Readiness, Recipe, Step
+from swaplab.launch.spec import ContainerOptions, Mount, Readiness, Recipe, Step
 
 Fault = tuple[tuple[str | int, ...], str]
 """A fault of a recipe: the key path it is at, and the message."""
@@ -25,6 +25,9 @@ COMMON_FATAL = (
     r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError",
 )
 """Failures every GPU engine can print: fatal on any rank."""
+
+RDMA_OPTIONS = ContainerOptions(devices=("/dev/infiniband",), ulimits=(("memlock", "-1:-1"),), cap_add=("IPC_LOCK",))
+"""What a rank's container needs to open the HCAs and pin memory for them, on an RDMA fabric."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ class Gang:
     mounts: tuple[Mount, ...]
     """The container mounts after mirroring (host side may start with ~/)."""
     base_env: Mapping[str, str]
-    """Mount variables, the recipe's [env] and the cluster's [nccl.NAME], in that order."""
+    """Mount variables, the recipe's [env] and the cluster's [nccl.NAME], in that order (each
+    rank adds its host's [hosts.NAME.nccl] over them)."""
     engine: Engine
 
     @property
@@ -126,6 +130,7 @@ class Gang:
     def env(self, rank: int) -> dict[str, str]:
         """Everything rank `rank` gets in its environment, the launcher's variables last."""
         env = dict(self.base_env)
+        env.update(self.cluster.host_nccl.get(self.hosts[rank].name, {}))
         env.update(self.engine.node_env(self, rank))
         env.update(
             SWAPLAB_RUN=self.run_id,
@@ -134,6 +139,17 @@ class Gang:
             SWAPLAB_HEAD=self.head.fabric_ip,
         )
         return env
+
+    @property
+    def container_options(self) -> ContainerOptions:
+        """The ranks' extra `docker run` options: on an RDMA fabric the HCAs, unlimited memlock and
+        IPC_LOCK (or, privileged, everything), then the cluster's `[container]`, then the recipe's."""
+        said = self.cluster.container.overlaid(self.recipe.container)
+        if not self.cluster.uses_rdma:
+            return said
+        # Privileged sees every device and holds every capability: only the limit is still needed.
+        needed = ContainerOptions(ulimits=RDMA_OPTIONS.ulimits) if said.privileged else RDMA_OPTIONS
+        return needed.overlaid(said)
 
     def docker_run(self, rank: int, command: Sequence[str]) -> tuple[str, ...]:
         """The `docker run` of rank `rank` running `command` in the recipe's image.
@@ -154,18 +170,38 @@ class Gang:
         argv += ["--gpus", "all", "--network", "host", "--ipc", "host"]
         if recipe.shm_size:
             argv += ["--shm-size", recipe.shm_size]
+        options = self.container_options
+        argv += container_flags(options)
         for key, value in self.env(rank).items():
             # A secret's value never enters an argv: `-e NAME` copies it from the docker
             # client's environment, where `up` puts it (see Step.secrets).
             argv += ["-e", key if key in recipe.secret_keys else f"{key}={value}"]
         for mount in self.mounts:
             argv += ["-v", f"{mount.host}:{mount.container}"]
+        for host, container in options.read_only_mounts:
+            argv += ["-v", f"{host}:{container}:ro"]
         image = recipe.docker_image or ""
         if recipe.replace_image_entrypoint:
             argv += ["--entrypoint", command[0], image, *command[1:]]
         else:
             argv += [image, *command]
         return tuple(argv)
+
+
+def container_flags(options: ContainerOptions) -> tuple[str, ...]:
+    """The `docker run` flags of `options`, but its read-only mounts (they go with the other `-v`)."""
+    argv: list[str] = []
+    if options.privileged:
+        argv.append("--privileged")
+    for device in options.devices:
+        argv += ["--device", device]
+    for name, limits in options.ulimits:
+        argv += ["--ulimit", f"{name}={limits}"]
+    for capability in options.cap_add:
+        argv += ["--cap-add", capability]
+    if options.user is not None:
+        argv += ["--user", options.user]
+    return tuple(argv)
 
 
 def find_flag(args: Sequence[str], names: Sequence[str]) -> list[tuple[int, str | None]]:

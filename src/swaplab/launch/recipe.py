@@ -2,7 +2,8 @@
 
 The schema is the seed's (the user's own launcher), plus a few optional keys:
 `data_parallel_size`, `gpus_per_node`, `drop_caches`, `extra_models`, `rendezvous_port`,
-`replace_image_entrypoint` and `[readiness]`. Every fault of a file is reported in one
+`replace_image_entrypoint`, `[readiness]` and `[container]` (extra `docker run` options, the
+same table a cluster may have). Every fault of a file is reported in one
 pass, each at the `FILE:LINE` of its key; among them, parallel sizes that do not fill the
 gang's GPUs exactly (TP x PP x DP against required_nodes x gpus_per_node). The `Recipe` it
 makes is swaplab.launch.spec's.
@@ -28,7 +29,7 @@ from swaplab.config.reader import (
     as_strings,
     describe,
 )
-from swaplab.launch.cluster import ENV_NAME, read_env_table
+from swaplab.launch.cluster import ENV_NAME, read_container_table, read_env_table
 from swaplab.launch.engine import Engine, argument_faults, layout_fault
 from swaplab.launch.engines import engine_names, get_engine
 from swaplab.launch.spec import (
@@ -46,7 +47,7 @@ RECIPE_KEYS = (
     "engine", "name", "docker_image", "docker_image_dir", "model", "extra_models", "required_nodes",
     "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus_per_node",
     "distributed_backend", "shm_size", "entrypoint", "replace_image_entrypoint", "args", "port",
-    "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness",
+    "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness", "container",
 )
 MOUNT_KEYS = ("host", "container", "env")
 READINESS_KEYS = ("path", "ready", "fatal", "timeout")
@@ -61,7 +62,7 @@ LAYOUT_KEYS = {
     "gpus_per_node": "a whole number of GPUs",
 }
 """The keys of the layout check: the parallel sizes, and the nodes and GPUs they must fill."""
-CONTAINER_ONLY_KEYS = ("docker_image", "docker_image_dir", "shm_size", "replace_image_entrypoint", "extra_mounts")
+CONTAINER_ONLY_KEYS = ("docker_image", "docker_image_dir", "shm_size", "replace_image_entrypoint", "extra_mounts", "container")
 """Keys that mean nothing to `engine = "process"`, which runs `args` directly."""
 
 
@@ -125,6 +126,7 @@ def load_recipe(path: str | Path) -> Recipe:
             for key, value in env.items() for match in ENV_REFERENCE.finditer(value)
         ),
         extra_mounts=mounts,
+        container=read_container_table(checker, ("container",), top.get("container", {})),
         readiness=_read_readiness(checker, top.get("readiness", {}), engine),
         drop_caches=checker.get(top, (), "drop_caches", as_boolean, "true or false", default=uses_docker),
         extra_models=checker.get(top, (), "extra_models", _as_hub_repos, "an array of Hugging Face repo ids", default=()),

@@ -44,6 +44,36 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class ContainerOptions:
+    """A `[container]` table (a recipe's or a cluster's): extra `docker run` options of every rank."""
+
+    devices: tuple[str, ...] = ()
+    """Host device paths (`--device`)."""
+    ulimits: tuple[tuple[str, str], ...] = ()
+    """(name, "soft:hard") pairs (`--ulimit name=soft:hard`)."""
+    cap_add: tuple[str, ...] = ()
+    user: str | None = None
+    privileged: bool | None = None
+    """None: not said (a cluster's setting, else off)."""
+    read_only_mounts: tuple[tuple[str, str], ...] = ()
+    """(host, container) pairs (`-v host:container:ro`)."""
+
+    def overlaid(self, other: ContainerOptions) -> ContainerOptions:
+        """These options with `other`'s added on top: lists joined without repeats, and `other`'s
+        ulimit, user, privileged and mount at a container path winning (the recipe over the cluster)."""
+        by_container = {container: host for host, container in self.read_only_mounts}
+        by_container.update({container: host for host, container in other.read_only_mounts})
+        return ContainerOptions(
+            devices=tuple(dict.fromkeys(self.devices + other.devices)),
+            ulimits=tuple({**dict(self.ulimits), **dict(other.ulimits)}.items()),
+            cap_add=tuple(dict.fromkeys(self.cap_add + other.cap_add)),
+            user=other.user if other.user is not None else self.user,
+            privileged=other.privileged if other.privileged is not None else self.privileged,
+            read_only_mounts=tuple((host, container) for container, host in by_container.items()),
+        )
+
+
+@dataclass(frozen=True)
 class Readiness:
     """How the head shows it serves: log regexes and an HTTP path, engine defaults plus the recipe's."""
 
@@ -90,6 +120,8 @@ class Recipe:
     """Where ranks meet (vLLM --master-port, SGLang --dist-init-addr, Ray GCS, llama.cpp RPC); None: the engine's default."""
     env_references: tuple[EnvReference, ...] = ()
     """Every `${env.NAME}` of [env], in file order: those keys are secrets, filled in by `up`."""
+    container: ContainerOptions = ContainerOptions()
+    """The recipe's `[container]`: added to, and over, the cluster's."""
     content_hash: str = field(default="", repr=False)
 
     @property
