@@ -87,7 +87,7 @@ class Cluster:
     """Each host's own `[hosts.NAME.nccl]`, by host name, over `nccl`."""
     rdma: bool | None = None
     """`rdma = true/false`; None: decided by the NCCL settings (see `uses_rdma`)."""
-    container: ContainerOptions = ContainerOptions()
+    container: ContainerOptions = field(default_factory=ContainerOptions)
     """The cluster's `[clusters.NAME.container]`, under the recipe's `[container]`."""
 
     @property

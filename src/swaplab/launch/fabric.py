@@ -471,8 +471,9 @@ def nccl_transport(
         reason = "the rank's container gets no /dev/infiniband (its docker run has no --device /dev/infiniband)"
         return sockets(reason, Problem(
             reason,
-            "the engine's docker run must add `--device /dev/infiniband --ulimit memlock=-1` "
-            "(not settable from a recipe yet); until then NCCL runs over TCP",
+            "the rank's docker run needs `--device /dev/infiniband --ulimit memlock=-1`, which the plan adds on an "
+            "RDMA fabric: set rdma = true in [clusters.NAME] (or NCCL_IB_HCA in its [nccl.NAME] or [hosts.HOST.nccl]); "
+            "until then NCCL runs over TCP",
         ))
     # The port on the fabric_ip's netdev first: its GID is the one that must route.
     ports = tuple(sorted(active, key=lambda port: port.netdev != fabric_interface))
@@ -487,7 +488,7 @@ def nccl_transport(
         problems += gid_problems
     if access.memlock is not None and access.memlock < MIN_MEMLOCK_BYTES:
         fix = (
-            "add `--ulimit memlock=-1` to the rank's docker run (the engine's), or `\"default-ulimits\": "
+            "add `--ulimit memlock=-1` to the rank's docker run (ulimits = { memlock = \"-1:-1\" } in [container]), or `\"default-ulimits\": "
             "{\"memlock\": {\"Name\": \"memlock\", \"Soft\": -1, \"Hard\": -1}}` to /etc/docker/daemon.json and restart Docker"
             if access.container else
             "raise it for the ssh user: `USER - memlock unlimited` in /etc/security/limits.d/rdma.conf, then log in again"

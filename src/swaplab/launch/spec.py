@@ -120,7 +120,7 @@ class Recipe:
     """Where ranks meet (vLLM --master-port, SGLang --dist-init-addr, Ray GCS, llama.cpp RPC); None: the engine's default."""
     env_references: tuple[EnvReference, ...] = ()
     """Every `${env.NAME}` of [env], in file order: those keys are secrets, filled in by `up`."""
-    container: ContainerOptions = ContainerOptions()
+    container: ContainerOptions = field(default_factory=ContainerOptions)
     """The recipe's `[container]`: added to, and over, the cluster's."""
     content_hash: str = field(default="", repr=False)
 
