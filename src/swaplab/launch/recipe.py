@@ -42,6 +42,9 @@ from swaplab.launch.spec import (
 )
 from swaplab.launch.tomlfile import Checker, read_toml
 
+SHELL_REFERENCE = re.compile(r"\$\{(?!env\.)([A-Za-z_][A-Za-z0-9_]*)\}")
+"""`${NAME}` as a shell writes it: in a recipe's [env] a mistake for `${env.NAME}`."""
+
 DEFAULT_PORT = 30000
 RECIPE_KEYS = (
     "engine", "name", "docker_image", "docker_image_dir", "model", "extra_models", "required_nodes",
@@ -88,6 +91,12 @@ def load_recipe(path: str | Path) -> Recipe:
     image_dir = checker.get(top, (), "docker_image_dir", as_string, "a folder (relative to the recipe's folder)")
     backend = checker.get(top, (), "distributed_backend", _as_backend, "\"mp\" or \"ray\"", default="mp")
     env = read_env_table(checker, ("env",), top.get("env", {}))
+    for key, value in env.items():
+        # `"${HF_TOKEN}"` would reach the server as those very characters: nothing expands it.
+        for name in SHELL_REFERENCE.findall(value):
+            checker.fault(("env", key), f"[env] {key} holds ${{{name}}}, which reaches the server as that literal "
+                                        f"text; write ${{env.{name}}} to pass the launching user's {name} (read by "
+                                        "`up`, never shown)")
     mounts = _read_mounts(checker, top.get("extra_mounts", []))
     for index, mount in enumerate(mounts):
         if mount.env and mount.env in env:
