@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -683,3 +684,47 @@ def test_a_hosts_own_nccl_settings_win_over_the_clusters_for_its_rank_only(tmp_p
     assert plan.nodes[1].env["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
     worker = rank_argv(plan, 1)
     assert "NCCL_IB_HCA=roceP2p1s0f1" in values_of(worker, "-e") and "NCCL_IB_HCA=rocep1s0f1" not in values_of(worker, "-e")
+
+
+# --- [[pre_serve]] hooks ---------------------------------------------------------------------
+
+PRE_SERVE = FIXTURES / "qwen-pre-serve"
+
+
+def test_golden_pre_serve_hooks():
+    check_golden(plan_of(PRE_SERVE), "qwen-pre-serve")
+
+
+def test_pre_serve_wraps_the_server_command_after_the_image_and_mounts_each_staged_file_read_only():
+    plan = plan_of(PRE_SERVE)
+    run_id = plan.run_id
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        image = argv.index("nvcr.io/nvidia/vllm:25.11-py3")
+        # The image's entrypoint (NGC's wrapper) still runs first, and runs the hooks' sh.
+        assert "--entrypoint" not in argv
+        assert argv[image + 1:image + 2] == ("sh",) and argv[image + 2] == "-c"
+        script = argv[image + 3]
+        assert script.endswith('exec "$@"\n')
+        assert ("hook 1 'recipe.toml line 11' sh -c 'cd /usr/local/lib/python3.12/dist-packages && patch -p1 < "
+                "/workspace/mods/fix-rope.patch'\n") in script
+        assert "hook 2 'recipe.toml line 15' pip install --no-deps flashinfer-cubin==0.5.2\n" in script
+        assert argv[image + 4:image + 10] == (
+            "pre_serve", "1", "/swaplab/pre-serve/0", "/workspace/mods/fix-rope.patch", "vllm", "serve",
+        )
+        assert argv[image + 10] == "Qwen/Qwen3-8B"
+        assert f"~/.local/state/swaplab/launch/qwen-pre-serve/pre-serve/{run_id}/0:/swaplab/pre-serve/0:ro" in values_of(argv, "-v")
+        stage = next(step for step in plan.nodes[rank].steps if step.name.startswith("stage pre_serve"))
+        assert stage.kind == "prepare" and stage.argv[-1] == f"~/.local/state/swaplab/launch/qwen-pre-serve/pre-serve/{run_id}/0"
+        assert stage.stdin_from == ("cat", "--", str(PRE_SERVE / "mods" / "fix-rope.patch"))
+
+
+def test_pre_serve_with_a_replaced_entrypoint_makes_sh_the_entrypoint(tmp_path):
+    folder = tmp_path / "qwen-pre-serve"
+    shutil.copytree(PRE_SERVE, folder)
+    text = (folder / "recipe.toml").read_text().replace("drop_caches = false", "drop_caches = false\nreplace_image_entrypoint = true")
+    (folder / "recipe.toml").write_text(text)
+    argv = rank_argv(plan_of(folder / "recipe.toml"), 0)
+    image = argv.index("nvcr.io/nvidia/vllm:25.11-py3")
+    assert argv[image - 2:image] == ("--entrypoint", "sh") and argv[image + 1] == "-c"
+    assert argv[image + 3:image + 9] == ("pre_serve", "1", "/swaplab/pre-serve/0", "/workspace/mods/fix-rope.patch", "vllm", "serve")

@@ -319,3 +319,71 @@ def test_a_prepare_step_that_names_a_secret_gets_it_in_its_environment_only(gang
     asyncio.run(prepare(plan, observer, {"HF_TOKEN": secret, "SWAPLAB_EXPECTED": str(expected)}))
     assert observer.lines.count("[rank 0 show] got True") == 1 and observer.lines.count("[rank 1 show] got True") == 1, observer.lines
     assert not any(unique in line for line in observer.lines)
+
+
+# --- [[pre_serve]] hooks ---------------------------------------------------------------------
+
+# The server reads what the hook wrote and what was copied, then becomes the sim: it starts
+# only after both are in place, or it fails (and `up` with it).
+READING_RANK = """
+import os, sys
+folder, rank = sys.argv[1], os.environ["SWAPLAB_RANK"]
+print("server read:", open(os.path.join(folder, "hook-" + rank + ".txt")).read().strip(), flush=True)
+print("server read copy:", open(os.path.join(folder, "copied-" + rank + ".txt")).read().strip(), flush=True)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def hooked_recipe(gang, folder: Path, hooks: str) -> Path:
+    folder.mkdir()
+    path = gang.recipe([psutil.Process().exe(), "-c", READING_RANK, str(folder), *sim_args()], ready=["listening on"])
+    (path.parent / "mod.txt").write_text("the mod's content\n")
+    with path.open("a") as recipe:
+        recipe.write(hooks)
+    return path
+
+
+def test_pre_serve_hooks_copy_then_run_before_the_server_and_show_in_the_logs(gang, tmp_path):
+    folder = tmp_path / "ranks"
+    hooked_recipe(gang, folder, f"""
+[[pre_serve]]
+copy = [{{ from = "mod.txt", to = "{folder}/copied-{{rank}}.txt" }}]
+run = "echo hook on rank {{rank}}; echo written by the hook of rank {{rank}} > {folder}/hook-{{rank}}.txt"
+
+[[pre_serve]]
+run = ["echo", "second hook", "as argv"]
+""")
+    up = gang.launch("up")
+    assert up.returncode == 0, up.stderr
+    for rank in (0, 1):
+        assert (folder / f"copied-{rank}.txt").read_text() == "the mod's content\n"
+    logs = gang.launch("logs")
+    assert logs.returncode == 0, logs.stderr
+    lines = logs.stdout.splitlines()
+    for rank in (0, 1):
+        mine = [line for line in lines if line.startswith(f"[rank {rank}] ")]
+        expected = [
+            f"[rank {rank}] [pre_serve 1] hook on rank {rank}",
+            f"[rank {rank}] [pre_serve 2] second hook as argv",
+            f"[rank {rank}] server read: written by the hook of rank {rank}",
+            f"[rank {rank}] server read copy: the mod's content",
+        ]
+        assert mine[:4] == expected, mine
+    assert gang.launch("down").returncode == 0
+    assert_nothing_left(gang)
+
+
+def test_a_failing_pre_serve_hook_stops_up_with_its_output_and_names_the_hook(gang, tmp_path):
+    path = hooked_recipe(gang, tmp_path / "ranks", """
+[[pre_serve]]
+run = "echo about to fail on rank {rank}; exit 3"
+""")
+    line = next(number for number, text in enumerate(path.read_text().splitlines(), 1) if text == "[[pre_serve]]")
+    up = gang.launch("up", timeout=GANG_TIMEOUT)
+    assert up.returncode == 1, up.stderr
+    failure = up.stderr.split("the gang failed:")[1]
+    assert "exited with code 3" in failure
+    assert f"pre_serve hook 1 (recipe.toml line {line}) exited with code 3; the server was not started" in failure
+    assert "[pre_serve 1] about to fail on rank" in failure
+    assert "] server read" not in up.stdout + up.stderr, "the server never started"
+    assert_nothing_left(gang)

@@ -168,7 +168,7 @@ ready = ["(unclosed"]
 """)
     assert faults_of(load_recipe, path) == [
         f"{path}:4: tensor_parallel_size must be a whole number, not a string '2'",
-        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, data_parallel_size, gpus_per_node, distributed_backend, shm_size, entrypoint, replace_image_entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness, container",
+        f"{path}:5: unknown key 'colour'; known keys: " + "engine, name, docker_image, docker_image_dir, model, extra_models, required_nodes, tensor_parallel_size, pipeline_parallel_size, data_parallel_size, gpus_per_node, distributed_backend, shm_size, entrypoint, replace_image_entrypoint, args, port, rendezvous_port, drop_caches, env, extra_mounts, readiness, container, pre_serve",
         f"{path}:6: args must be an array of strings, not an array [{', '.join(repr(x) for x in ['--served-model-name', 'm', '--nnodes', '2', True])}]: element 4 is a boolean; write it as a string",
         f"{path}:11: port must be a port number, not an integer 70000: a port is 1 to 65535",
         f"{path}:15: env.FLAG must be a string, not a boolean; quote it",
@@ -569,3 +569,67 @@ def test_a_shell_style_reference_is_a_fault_that_says_how_to_write_it(tmp_path):
         "write ${env.HF_TOKEN} to pass the launching user's HF_TOKEN (read by `up`, never shown)"
     ]
 
+
+
+# --- [[pre_serve]] hooks ---------------------------------------------------------------------
+
+PROCESS_RECIPE = 'engine = "process"\nargs = ["server"]\n'
+
+
+def test_pre_serve_reads_shell_lines_commands_and_copies_relative_to_the_recipe(tmp_path):
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "fix.patch").write_text("patch\n")
+    path = write(tmp_path, PROCESS_RECIPE + """
+[[pre_serve]]
+copy = [{ from = "mods/fix.patch", to = "fix.patch" }]
+run = "patch -p1 < fix.patch && echo patched"
+
+[[pre_serve]]
+run = ["echo", "two words"]
+""")
+    first, second = load_recipe(path).pre_serve
+    assert (first.number, first.line) == (1, line_of(path, "[[pre_serve]]"))
+    assert first.run == ("sh", "-c", "patch -p1 < fix.patch && echo patched")
+    assert [(copy.source, copy.target) for copy in first.copies] == [(tmp_path / "mods" / "fix.patch", "fix.patch")]
+    assert (second.number, second.line, second.run, second.copies) == (2, line_of(path, "[[pre_serve]]", 2), ("echo", "two words"), ())
+
+
+def test_pre_serve_faults_come_at_their_line(tmp_path):
+    path = write(tmp_path, PROCESS_RECIPE + """
+[[pre_serve]]
+run = 3
+
+[[pre_serve]]
+run = ["echo", 1]
+
+[[pre_serve]]
+copy = [{ from = "missing.txt", to = "x" }]
+
+[[pre_serve]]
+copy = [{ to = "x" }]
+when = "always"
+
+[[pre_serve]]
+""")
+    faults = faults_of(load_recipe, path)
+    assert f"{path}:{line_of(path, 'run = 3')}" in "\n".join(faults) and "run must be a shell line" in "\n".join(faults), faults
+    assert any(fault.startswith(f"{path}:{line_of(path, 'run = [')}:") for fault in faults), faults
+    assert any(fault.startswith(f"{path}:{line_of(path, 'missing.txt')}:") and f"{tmp_path / 'missing.txt'} is not a file here" in fault
+               for fault in faults), faults
+    assert any(fault.startswith(f"{path}:{line_of(path, 'copy = [{ to')}:") and "from" in fault for fault in faults), faults
+    assert any(fault.startswith(f"{path}:{line_of(path, 'when =')}:") and "unknown key 'when'" in fault for fault in faults), faults
+    assert any(fault.startswith(f"{path}:{line_of(path, '[[pre_serve]]', 5)}:") and "needs run" in fault for fault in faults), faults
+
+
+def test_a_container_engines_copy_target_is_an_absolute_container_path(tmp_path):
+    (tmp_path / "file").write_text("x")
+    path = write(tmp_path, """engine = "vllm"
+docker_image = "vllm/vllm-openai:v0.11.0"
+model = "Qwen/Qwen3-8B"
+
+[[pre_serve]]
+copy = [{ from = "file", to = "relative/file" }]
+""")
+    faults = faults_of(load_recipe, path)
+    assert any(fault.startswith(f"{path}:{line_of(path, 'relative/file')}:") and "absolute path in the container" in fault
+               for fault in faults), faults

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from swaplab.launch.cluster import Cluster, Host
+from swaplab.launch.hooks import CONTAINER_STAGING, copies_of, staged_path, wrapped
 from swaplab.launch.spec import ContainerOptions, Mount, Readiness, Recipe, Step
 
 Fault = tuple[tuple[str | int, ...], str]
@@ -161,6 +162,10 @@ class Gang:
         `replace_image_entrypoint`, the command's first word replaces the image's entrypoint
         (`--entrypoint` takes one word) and the rest follow the image: for images whose
         entrypoint is a server itself (vllm/vllm-openai's `vllm serve`, llama.cpp's).
+
+        With `[[pre_serve]]` hooks the command becomes the hooks' `sh -c` wrapper (swaplab.launch.hooks),
+        which ends in `exec COMMAND`: the image's entrypoint still runs first (or, replaced, `sh`
+        is the entrypoint), and each staged copy is mounted read-only under /swaplab/pre-serve.
         """
         recipe = self.recipe
         argv = ["docker", "run", "--rm", "--name", self.container_name(rank)]
@@ -180,6 +185,9 @@ class Gang:
             argv += ["-v", f"{mount.host}:{mount.container}"]
         for host, container in options.read_only_mounts:
             argv += ["-v", f"{host}:{container}:ro"]
+        for index, _, _ in copies_of(recipe):
+            argv += ["-v", f"{staged_path(recipe, self.run_id, index)}:{CONTAINER_STAGING}/{index}:ro"]
+        command = wrapped(recipe, command, source=lambda index: f"{CONTAINER_STAGING}/{index}")
         image = recipe.docker_image or ""
         if recipe.replace_image_entrypoint:
             argv += ["--entrypoint", command[0], image, *command[1:]]

@@ -19,6 +19,7 @@ from swaplab.errors import SwaplabError
 from swaplab.launch.cluster import Cluster, Host
 from swaplab.launch.engine import Gang
 from swaplab.launch.engines import get_engine
+from swaplab.launch.hooks import staging_steps
 from swaplab.launch.spec import Mount, Recipe, Step
 
 DEFAULT_HF_HOME = "/root/.cache/huggingface"
@@ -162,6 +163,7 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
                 steps.append(_download_step(recipe, hub, models))
             if mirroring:
                 steps += _mirror_steps(models, hub.host, cluster.local_cache_dir)
+        steps += staging_steps(recipe, run_id)
         if recipe.drop_caches:
             steps += _drop_caches_steps()
         steps += [step for step_rank, step in ordered if step_rank == rank]

@@ -2,8 +2,8 @@
 
 The schema is the seed's (the user's own launcher), plus a few optional keys:
 `data_parallel_size`, `gpus_per_node`, `drop_caches`, `extra_models`, `rendezvous_port`,
-`replace_image_entrypoint`, `[readiness]` and `[container]` (extra `docker run` options, the
-same table a cluster may have). Every fault of a file is reported in one
+`replace_image_entrypoint`, `[readiness]`, `[container]` (extra `docker run` options, the
+same table a cluster may have) and `[[pre_serve]]` hooks (swaplab.launch.hooks runs them). Every fault of a file is reported in one
 pass, each at the `FILE:LINE` of its key; among them, parallel sizes that do not fill the
 gang's GPUs exactly (TP x PP x DP against required_nodes x gpus_per_node). The `Recipe` it
 makes is swaplab.launch.spec's.
@@ -36,11 +36,13 @@ from swaplab.launch.spec import (
     ENV_REFERENCE,
     HUB_REPO,
     EnvReference,
+    FileCopy,
     Mount,
+    PreServeHook,
     Readiness,
     Recipe,
 )
-from swaplab.launch.tomlfile import Checker, read_toml
+from swaplab.launch.tomlfile import Checker, TomlDocument, read_toml
 
 SHELL_REFERENCE = re.compile(r"\$\{(?!env\.)([A-Za-z_][A-Za-z0-9_]*)\}")
 """`${NAME}` as a shell writes it: in a recipe's [env] a mistake for `${env.NAME}`."""
@@ -50,8 +52,10 @@ RECIPE_KEYS = (
     "engine", "name", "docker_image", "docker_image_dir", "model", "extra_models", "required_nodes",
     "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus_per_node",
     "distributed_backend", "shm_size", "entrypoint", "replace_image_entrypoint", "args", "port",
-    "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness", "container",
+    "rendezvous_port", "drop_caches", "env", "extra_mounts", "readiness", "container", "pre_serve",
 )
+PRE_SERVE_KEYS = ("run", "copy")
+COPY_KEYS = ("from", "to")
 MOUNT_KEYS = ("host", "container", "env")
 READINESS_KEYS = ("path", "ready", "fatal", "timeout")
 DISTRIBUTED_BACKENDS = ("mp", "ray")
@@ -140,6 +144,7 @@ def load_recipe(path: str | Path) -> Recipe:
         drop_caches=checker.get(top, (), "drop_caches", as_boolean, "true or false", default=uses_docker),
         extra_models=checker.get(top, (), "extra_models", _as_hub_repos, "an array of Hugging Face repo ids", default=()),
         rendezvous_port=checker.get(top, (), "rendezvous_port", as_port, "a port number"),
+        pre_serve=_read_pre_serve(checker, document, location.parent, top.get("pre_serve", []), in_container=uses_docker),
         content_hash=hashlib.sha256(json.dumps(document.data, sort_keys=True, default=str).encode()).hexdigest()[:16],
     )
     if not recipe.name:
@@ -245,6 +250,55 @@ def _read_mounts(checker: Checker, value: Any) -> tuple[Mount, ...]:
         if host and container:
             mounts.append(Mount(host=host, container=container, env=env))
     return tuple(mounts)
+
+
+def _read_pre_serve(checker: Checker, document: TomlDocument, folder: Path, value: Any, *, in_container: bool) -> tuple[PreServeHook, ...]:
+    if not isinstance(value, list):
+        checker.fault(("pre_serve",), f"pre_serve must be [[pre_serve]] tables, not {describe(value)}")
+        return ()
+    hooks = []
+    for index, item in enumerate(value):
+        where: KeyPath = ("pre_serve", index)
+        table = checker.table(item, where, PRE_SERVE_KEYS)
+        run = checker.get(table, where, "run", _as_hook_command, "a shell line (a string) or a command (an array of words)", default=())
+        raw_copies = table.get("copy", [])
+        copies = []
+        if not isinstance(raw_copies, list):
+            checker.fault((*where, "copy"), f"copy must be an array of {{from, to}} tables, not {describe(raw_copies)}")
+            raw_copies = []
+        for position, entry in enumerate(raw_copies):
+            at: KeyPath = (*where, "copy", position)
+            copy_table = checker.table(entry, at, COPY_KEYS)
+            source = checker.get(copy_table, at, "from", as_string, "a file path, relative to the recipe's folder", required=True)
+            target = checker.get(
+                copy_table, at, "to", _as_container_path if in_container else _as_node_path,
+                "an absolute path in the container" if in_container else "a path on the node", required=True,
+            )
+            path = (folder / Path(source).expanduser()).absolute() if source is not None else None
+            if path is not None and not path.is_file():
+                checker.fault((*at, "from"), f"{path} is not a file here: copy takes a file of this machine, relative to the recipe's folder")
+            elif path is not None and target is not None:
+                copies.append(FileCopy(source=path, target=target))
+        if isinstance(item, dict) and "run" not in table and "copy" not in table:
+            checker.fault(where, "a [[pre_serve]] hook needs run (a shell line or a command) or copy")
+        hooks.append(PreServeHook(number=index + 1, line=document.line_of(where), run=run, copies=tuple(copies)))
+    return tuple(hooks)
+
+
+def _as_hook_command(value: Any) -> tuple[str, ...]:
+    # A shell line is the recipe author's own text, run by `sh -c` in the rank's place.
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("the shell line is empty")
+        return ("sh", "-c", value)
+    return _as_command(value)
+
+
+def _as_node_path(value: Any) -> str:
+    text = as_string(value)
+    if not text:
+        raise ValueError("the path is empty")
+    return text
 
 
 def _as_host_path(value: Any) -> str:

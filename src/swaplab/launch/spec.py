@@ -74,6 +74,29 @@ class ContainerOptions:
 
 
 @dataclass(frozen=True)
+class FileCopy:
+    """A `copy = [{from, to}]` entry of a `[[pre_serve]]` hook: a file of the launching machine put in place before the hooks run."""
+
+    source: Path
+    """On the launching machine (the recipe's `from`, relative to the recipe's folder)."""
+    target: str
+    """In the container (absolute); for engine "process", on the node (relative: to where the rank runs)."""
+
+
+@dataclass(frozen=True)
+class PreServeHook:
+    """A `[[pre_serve]]` entry: files to copy in, and a command run before the server, in the rank's place."""
+
+    number: int
+    """1, 2, ... in recipe order: the `[pre_serve N]` prefix of its output."""
+    line: int
+    """The recipe line of its `[[pre_serve]]`."""
+    run: tuple[str, ...] = ()
+    """The command's argv; for a shell line, ("sh", "-c", LINE). Empty: only copies."""
+    copies: tuple[FileCopy, ...] = ()
+
+
+@dataclass(frozen=True)
 class Readiness:
     """How the head shows it serves: log regexes and an HTTP path, engine defaults plus the recipe's."""
 
@@ -122,6 +145,8 @@ class Recipe:
     """Every `${env.NAME}` of [env], in file order: those keys are secrets, filled in by `up`."""
     container: ContainerOptions = field(default_factory=ContainerOptions)
     """The recipe's `[container]`: added to, and over, the cluster's."""
+    pre_serve: tuple[PreServeHook, ...] = ()
+    """`[[pre_serve]]` hooks: their copies, then their commands, in each rank's place before the server."""
     content_hash: str = field(default="", repr=False)
 
     @property

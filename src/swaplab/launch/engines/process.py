@@ -9,6 +9,7 @@ replaced per node; nothing else in an argument is touched, so JSON passes throug
 from __future__ import annotations
 
 from swaplab.launch.engine import Fault, Gang, LauncherFlag
+from swaplab.launch.hooks import staged_path, wrapped
 from swaplab.launch.spec import Readiness, Recipe, Step
 
 
@@ -41,12 +42,18 @@ class Process:
         return {}
 
     def rank_steps(self, gang: Gang) -> list[tuple[int, Step]]:
-        """Each node runs the command itself; the head first."""
+        """Each node runs the command itself (after the recipe's pre_serve hooks); the head first."""
         command = gang.recipe.entrypoint + gang.recipe.args
-        return [
-            (rank, Step("rank", tuple(substitute(word, gang, rank) for word in command), "rank"))
-            for rank in gang.ranks
-        ]
+        steps = []
+        for rank in gang.ranks:
+            def word(text: str, rank: int = rank) -> str:
+                return substitute(text, gang, rank)
+            argv = wrapped(
+                gang.recipe, [word(part) for part in command],
+                source=lambda index: staged_path(gang.recipe, gang.run_id, index), word=word,
+            )
+            steps.append((rank, Step("rank", argv, "rank")))
+        return steps
 
 
 def substitute(word: str, gang: Gang, rank: int) -> str:
