@@ -564,10 +564,10 @@ def test_a_missing_variable_is_named_with_the_recipes_file_and_line(tmp_path):
 def test_a_shell_style_reference_is_a_fault_that_says_how_to_write_it(tmp_path):
     """`HF_TOKEN = "${HF_TOKEN}"` would reach the server as those characters (the issue's complaint)."""
     path = write(tmp_path, 'engine = "process"\nargs = ["true"]\n\n[env]\nHF_TOKEN = "${HF_TOKEN}"\n')
-    assert faults_of(load_recipe, path) == [
+    assert faults_of(load_recipe, path) == [(
         f"{path}:5: [env] HF_TOKEN holds ${{HF_TOKEN}}, which reaches the server as that literal text; "
         "write ${env.HF_TOKEN} to pass the launching user's HF_TOKEN (read by `up`, never shown)"
-    ]
+    )]
 
 
 
