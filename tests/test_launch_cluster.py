@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from test_launch_doctor import spark_addresses, spark_tree, with_host
+from test_launch_recipe import faults_of
+from test_launch_recipe import write as write_file
 
-from swaplab.errors import ConfigError
 from swaplab.launch import fabric
 from swaplab.launch.cluster import get_cluster, load_clusters
 from swaplab.launch.doctor import _fabric_findings
@@ -26,15 +26,8 @@ hosts = [{ name = "dgx3", fabric_ip = "192.168.100.3" },
 
 
 def write(tmp_path: Path, text: str, name: str = "clusters.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def faults_of(load, path: Path) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load(path)
-    return [str(fault) for fault in caught.value.faults]
+    """A clusters file (or, named, a recipe) in `tmp_path`."""
+    return write_file(tmp_path, text, name)
 
 
 def test_per_host_nccl_tables_load_for_the_hosts_of_each_cluster_quoted_names_too(tmp_path):
