@@ -152,11 +152,16 @@ class Router:
         return secrets_of(config.api_keys, (peer.api_key for peer in config.peers.values()))
 
     def _written(self, ids: range) -> None:
-        """The activity writer stored rows `ids` (called from its thread): the live feed's `activity`."""
+        """The activity writer stored rows `ids` (called from its thread): handed to the loop once per batch."""
         loop = self._loop
-        if loop is not None and self.events.listening:
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._announce_rows, ids)
+
+    def _announce_rows(self, ids: range) -> None:
+        """The live feed's `activity`, one message per row written (on the loop, where the hub lives)."""
+        if self.events.listening:
             for row_id in ids:
-                loop.call_soon_threadsafe(self.events.publish, "activity", {"id": row_id})
+                self.events.publish("activity", {"id": row_id})
 
     def _record(self, observation: RequestObservation) -> None:
         """Where every proxied request ends up: noted now, recorded in the next batch."""
