@@ -31,7 +31,7 @@ import aiohttp
 from swaplab.config.model import ModelConfig
 from swaplab.errors import BackendStartError
 from swaplab.fleet.devices import device_env
-from swaplab.fleet.engineapi import call_all, poll_ready, tree_gib
+from swaplab.fleet.engineapi import call_all, first_of, poll_ready, tree_gib
 from swaplab.fleet.logs import LogHub
 from swaplab.fleet.output import ProcessOutput, settle
 from swaplab.fleet.reaper import (
@@ -258,7 +258,7 @@ class Backend:
 
     async def _until(self, run: Run, wanted: asyncio.Event) -> bool:
         """Until `wanted` is set (then cleared: True), a stop is wanted or the process exits (False)."""
-        await _first_of(run.stop_wanted.wait(), run.exited.wait(), wanted.wait())
+        await first_of(run.stop_wanted.wait(), run.exited.wait(), wanted.wait())
         if not run.stop_wanted.is_set() and run.exited.is_set():
             await self._crashed(run)
         if run.stop_wanted.is_set() or run.exited.is_set():
@@ -458,13 +458,3 @@ class Backend:
             output = b""
         for line in output.decode(errors="replace").splitlines():
             self._logs.write(self.id, f"[cmdStop] {line}")
-
-
-async def _first_of(*awaitables) -> None:
-    """Return as soon as one of `awaitables` is done; the others are cancelled."""
-    tasks = [asyncio.ensure_future(a) for a in awaitables]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()

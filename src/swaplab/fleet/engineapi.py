@@ -64,13 +64,7 @@ async def call_all(
     base = proxy.rstrip("/")
     for call in calls:
         request = asyncio.ensure_future(_call(http, base, call, timeout))
-        exit_seen = asyncio.ensure_future(exited.wait())
-        stop_seen = asyncio.ensure_future(stopped.wait())
-        try:
-            await asyncio.wait({request, exit_seen, stop_seen}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (request, exit_seen, stop_seen):
-                waiter.cancel()
+        await first_of(request, exited.wait(), stopped.wait())
         if stopped.is_set():
             return None
         if exited.is_set():
@@ -113,3 +107,13 @@ def tree_gib(pid: int | None) -> float | None:
         except psutil.Error:
             continue
     return total / GIB
+
+
+async def first_of(*awaitables) -> None:
+    """Return as soon as one of `awaitables` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
