@@ -7,6 +7,7 @@ target, runs each hook with its output prefixed `[pre_serve N] `, and `exec`s th
 command. A hook that fails ends the rank with the hook's exit code and a line naming the hook
 and its recipe line, so the gang stops with that output. The staged paths and the server
 command arrive as positional parameters; the hooks' own words are the recipe's, quoted.
+`down` removes the staged files once the ranks are stopped (`unstaging_argv`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ CONTAINER_STAGING = "/swaplab/pre-serve"
 
 _STAGE = 'mkdir -p "${1%/*}" && cat > "$1"'
 """$1: the staged file's path on the node; stdin: its bytes."""
+
+_UNSTAGE = 'path=$1; case $path in "~/"*) path=$HOME/${path#"~/"};; esac; rm -rf -- "$path"'
+"""$1: the recipe's staging folder on the node (a leading ~/ is the node's home); gone or never there."""
 
 # `hook` keeps the hook's exit code past the pipe that prefixes its lines (POSIX sh has no
 # pipefail): the code leaves through fd 3, the prefixed lines through fd 4.
@@ -42,10 +46,23 @@ hook() {
 """
 
 
+def staging_folder(recipe: Recipe) -> str:
+    """Where every run of the recipe stages its copies on a node, beside the recipe's rank folders."""
+    return f"~/{NODE_ROOT}/{recipe.slug}/pre-serve"
+
+
 def staged_path(recipe: Recipe, run_id: str, index: int) -> str:
-    """Where copy number `index` (0, 1, ... over all hooks) is staged on each node: beside the
-    recipe's rank folders, so it goes with them."""
-    return f"~/{NODE_ROOT}/{recipe.slug}/pre-serve/{run_id}/{index}"
+    """Where copy number `index` (0, 1, ... over all hooks) is staged on each node."""
+    return f"{staging_folder(recipe)}/{run_id}/{index}"
+
+
+def unstaging_argv(recipe: Recipe) -> tuple[str, ...]:
+    """The node command that removes what every run of the recipe staged there; succeeds when nothing is.
+
+    Every run, not one: the run id follows the recipe's values, so a recipe edited since its
+    `up` would name another run, and `down` stops every gang of the recipe anyway.
+    """
+    return ("sh", "-c", _UNSTAGE, "swaplab", staging_folder(recipe))
 
 
 def copies_of(recipe: Recipe) -> list[tuple[int, PreServeHook, int]]:
