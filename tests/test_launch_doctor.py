@@ -1,4 +1,4 @@
-"""`swaplab launch doctor`: the RDMA fabric and NCCL's transport, sudo for drop_caches, the image, free disk.
+"""`swaplab launch doctor`: the RDMA fabric and NCCL's transport, sudo for drop_caches, the image and its entrypoint, free disk.
 
 The fabric is read by the same script doctor runs on every node, here over fake /sys and
 /dev trees built in tmp_path: a DGX Spark-like ConnectX-7 box (RoCE, one port cabled), an
@@ -26,6 +26,8 @@ from swaplab.launch.doctor import (
     GIB,
     MIN_FREE_DISK_BYTES,
     disk_finding,
+    entrypoint_finding,
+    serves_itself,
     sudo_finding,
     sudoers_line,
 )
@@ -343,6 +345,74 @@ def test_free_disk_is_weighed_against_what_of_the_model_is_still_to_come():
     short = disk_finding("a", "/cache", 30 * GIB, None, 160 * GIB, mirror=True)
     assert not short.ok and short.fix.startswith("free 130.0 GiB there") and "local_cache_dir" in short.fix
     assert not disk_finding("a", "/hub", MIN_FREE_DISK_BYTES - 1, None, None).ok
+
+
+# -- the image's entrypoint ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("entrypoint", "serves"), [
+    (["vllm", "serve"], True),  # vllm/vllm-openai
+    (["/usr/local/bin/vllm", "serve"], True),
+    (["python3", "-m", "vllm.entrypoints.openai.api_server"], True),  # older vllm/vllm-openai
+    (["/usr/bin/python3.12", "-u", "-m", "sglang.launch_server"], True),
+    (["sglang", "serve"], True),
+    (["/app/llama-server"], True),  # ghcr.io/ggml-org/llama.cpp:server
+    (["/opt/nvidia/nvidia_entrypoint.sh"], False),  # NGC: execs the command it is given
+    ([], False),
+    (["/bin/bash"], False),
+    (["sh", "-c", 'exec "$@"', "--"], False),
+    (["/usr/bin/tini", "--"], False),
+    (["python3", "-m", "http.server"], False),
+    (["python3"], False),
+    (["/app/tools.sh"], False),  # llama.cpp:full's dispatcher, not a server by itself
+])
+def test_an_entrypoint_serves_itself_when_it_is_a_server_program_or_module(entrypoint, serves):
+    assert serves_itself(entrypoint) is serves
+
+
+def container_recipe(folder: Path, *lines: str):
+    folder.mkdir()
+    (folder / "recipe.toml").write_text("\n".join([
+        'engine = "vllm"', 'docker_image = "vllm/vllm-openai:v0.11.0"', 'model = "Qwen/Qwen3-8B"',
+        "required_nodes = 2", "tensor_parallel_size = 2", *lines, "",
+    ]))
+    return load_recipe(folder)
+
+
+def test_an_image_whose_entrypoint_is_the_server_fails_until_the_recipe_replaces_it(tmp_path):
+    recipe = container_recipe(tmp_path / "plain")
+    assert not recipe.replace_image_entrypoint  # vllm's default, for NGC images
+    doubled = entrypoint_finding(recipe, "dgx3", '["vllm","serve"]\n')
+    assert (doubled.ok, doubled.host, doubled.check) == (False, "dgx3", "image")
+    assert doubled.detail == (
+        "vllm/vllm-openai:v0.11.0: entrypoint `vllm serve` is a server itself; the server command after the image "
+        "would become its arguments (replace_image_entrypoint = false)"
+    )
+    assert doubled.fix.startswith(f"set replace_image_entrypoint = true in {recipe.path}")
+
+    fixed = entrypoint_finding(container_recipe(tmp_path / "fixed", "replace_image_entrypoint = true"), "dgx3", '["vllm","serve"]\n')
+    assert fixed.ok, fixed
+    assert fixed.detail == (
+        "vllm/vllm-openai:v0.11.0: entrypoint `vllm serve`, replaced by the server command (replace_image_entrypoint = true)"
+    )
+
+
+@pytest.mark.parametrize(("output", "shown"), [
+    ('["/opt/nvidia/nvidia_entrypoint.sh"]\n', "entrypoint `/opt/nvidia/nvidia_entrypoint.sh`"),
+    ("null\n", "no entrypoint"),
+    ("[]\n", "no entrypoint"),
+])
+def test_a_wrapper_or_no_entrypoint_leaves_the_server_command_after_the_image(tmp_path, output, shown):
+    finding = entrypoint_finding(container_recipe(tmp_path / "plain"), "dgx3", output)
+    assert finding.ok, finding
+    assert finding.detail == (
+        f"vllm/vllm-openai:v0.11.0: {shown}, the server command follows the image (replace_image_entrypoint = false)"
+    )
+
+
+def test_an_entrypoint_doctor_cannot_read_is_said_not_failed(tmp_path):
+    finding = entrypoint_finding(container_recipe(tmp_path / "plain"), "dgx3", "template: :1: unexpected\n")
+    assert finding.ok and finding.detail == "vllm/vllm-openai:v0.11.0: entrypoint not checked, unreadable ('template: :1: unexpected')"
 
 
 # -- doctor on the loopback cluster --------------------------------------------------------

@@ -3,7 +3,8 @@
 Checks, per node, side by side: ssh reachable; for container engines Docker, its GPU
 runtime and the GPUs; the recipe's ports free; free memory; password-less sudo for the
 plan's sudo steps (drop_caches); the RDMA fabric and the transport NCCL will use there
-(swaplab.launch.fabric); the recipe's image with its id, the same everywhere; the model
+(swaplab.launch.fabric); the recipe's image with its id, the same everywhere, and an entrypoint
+that will not swallow the server command; the model
 present and identical on every node (a path: size and content hash; a Hugging Face repo:
 its blobs, which the hub names by their hash, and their sizes); free disk where the model
 goes, against the model's size when a node has it. Last, the per-host NCCL settings to
@@ -13,9 +14,13 @@ paste into the clusters file. `up` runs the cheap subset (`preflight`) before it
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from swaplab.errors import SwaplabError
 from swaplab.launch import fabric, remote
@@ -28,6 +33,10 @@ from swaplab.launch.spec import HUB_REPO, Recipe, Step
 MIN_FREE_DISK_BYTES = 5 << 30
 MIN_FREE_MEMORY_BYTES = 2 << 30
 GIB = 1 << 30
+# An image entrypoint that is one of these programs, or python running one of these modules,
+# serves by itself (vllm/vllm-openai, lmsysorg/sglang's server images, llama.cpp's).
+SERVER_PROGRAMS = ("vllm", "sglang", "llama-server")
+SERVER_MODULES = ("vllm", "sglang")
 
 
 @dataclass(frozen=True)
@@ -429,7 +438,8 @@ def _missing_fix(recipe: Recipe, kind: str, path: str, host: Host) -> str:
 
 
 async def _image_checks(recipe: Recipe, reports: Sequence[_NodeReport]) -> list[Finding]:
-    """The recipe's image on each node with its id (the same everywhere), or why there is none."""
+    """The recipe's image on each node with its id (the same everywhere), or why there is none;
+    where it is present, whether its entrypoint would take the server command as arguments."""
     if not reports:
         return []
     if not get_engine(recipe.engine).uses_docker:
@@ -455,7 +465,57 @@ async def _image_checks(recipe: Recipe, reports: Sequence[_NodeReport]) -> list[
             "remove the stale copies (`docker image rm`) and let `up` distribute one image"
             if recipe.docker_image_dir else f"`docker pull {image}` on every node, or pin it by digest",
         ))
+    present = [report for report in checked if report.host.name in ids]
+    entrypoints = await asyncio.gather(*(
+        remote.run(report.target, ["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", image])
+        for report in present
+    ))
+    findings += [
+        entrypoint_finding(recipe, report.host.name, result.stdout)
+        for report, result in zip(present, entrypoints, strict=True) if result.ok
+    ]
     return findings
+
+
+def serves_itself(entrypoint: Sequence[str]) -> bool:
+    """Whether an image's entrypoint is a server (vllm, sglang, llama-server, python -m vllm...
+    or sglang...), which takes a command given after the image as its own arguments (pure).
+
+    No entrypoint, or a wrapper that execs the command it is given (NGC's nvidia_entrypoint.sh),
+    runs that command as it is; so do the other wrappers (tini, a shell), as far as doctor can tell.
+    """
+    if not entrypoint:
+        return False
+    program = PurePosixPath(entrypoint[0]).name
+    if program in SERVER_PROGRAMS:
+        return True
+    if re.fullmatch(r"python[0-9.]*", program):
+        modules = [module for option, module in itertools.pairwise(entrypoint) if option == "-m"]
+        return bool(modules) and modules[0].split(".")[0] in SERVER_MODULES
+    return False
+
+
+def entrypoint_finding(recipe: Recipe, host: str, output: str) -> Finding:
+    """The finding for the image's entrypoint on `host`, from `docker image inspect --format
+    '{{json .Config.Entrypoint}}'` (pure): a server entrypoint fails unless the recipe replaces it."""
+    image = recipe.docker_image or ""
+    try:
+        words = json.loads(output) or []
+    except json.JSONDecodeError:
+        words = None
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        return Finding(host, "image", True, f"{image}: entrypoint not checked, unreadable ({output.strip()!r})")
+    shown = f"entrypoint `{shlex.join(words)}`" if words else "no entrypoint"
+    if recipe.replace_image_entrypoint:
+        return Finding(host, "image", True, f"{image}: {shown}, replaced by the server command (replace_image_entrypoint = true)")
+    if serves_itself(words):
+        return Finding(
+            host, "image", False,
+            f"{image}: {shown} is a server itself; the server command after the image would become its arguments "
+            "(replace_image_entrypoint = false)",
+            f"set replace_image_entrypoint = true in {recipe.path}, so the server command replaces the image's entrypoint",
+        )
+    return Finding(host, "image", True, f"{image}: {shown}, the server command follows the image (replace_image_entrypoint = false)")
 
 
 def _last_line(text: str) -> str:
