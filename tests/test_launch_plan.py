@@ -32,7 +32,7 @@ from swaplab.launch.plan import (
     plan_text,
 )
 from swaplab.launch.recipe import load_recipe
-from swaplab.launch.spec import Recipe
+from swaplab.launch.spec import Recipe, drafters
 
 FIXTURES = Path(__file__).parent / "fixtures" / "launch"
 GOLDEN = FIXTURES / "golden"
@@ -282,16 +282,21 @@ def test_the_seed_builds_its_overlay_here_and_loads_it_where_the_image_id_differ
     assert build.argv == ("docker", "build", "--tag", "glm53-flash-exl3:local", str(SEED.parent / "glm53-flash-exl3"))
     assert [step.name for step in plan.nodes[1].steps if step.kind == "local"] == []
     for node in plan.nodes:
-        (distribute,) = [step for step in node.steps if step.name == "distribute-image"]
-        assert distribute.argv == ("docker", "load")
-        assert distribute.stdin_from == ("docker", "save", "glm53-flash-exl3:local")
-        assert distribute.skip_if_same == ("docker", "image", "inspect", "--format", "{{.Id}}", "glm53-flash-exl3:local")
+        # `up` loads it from here (where it was just built) on every node whose id differs.
+        (image,) = [step for step in node.steps if step.name == "image"]
+        assert image.image == "glm53-flash-exl3:local" and image.kind == "prepare"
 
 
-def test_offline_means_no_download_and_drop_caches_run_just_before_the_rank():
+def test_offline_the_head_only_proves_the_shared_hub_has_the_models_and_drop_caches_run_just_before_the_rank():
+    # HF_HUB_OFFLINE: the download step fetches nothing, it fails early when the hub lacks a repo.
+    # The cluster's hub is one NAS (hf_cache_shared), so only the head runs it and nothing is copied.
     for node in plan_of(SEED).nodes:
         names = [step.name for step in node.steps]
-        assert "download-models" not in names
+        assert ("download-models" in names) == (node.rank == 0)
+        assert not any(name.startswith("copy ") for name in names)
+        if node.rank == 0:
+            (download,) = [step for step in node.steps if step.name == "download-models"]
+            assert "HF_HUB_OFFLINE=1" in values_of(download.argv, "-e")
         assert names[-3:] == ["sync", "drop-caches", "serve" if node.rank == 0 else "worker"]
         assert node.steps[-2].argv == ("sudo", "-n", "sysctl", "-w", "vm.drop_caches=3")
 
@@ -306,6 +311,9 @@ def test_online_recipes_download_their_models_and_drop_caches_can_be_turned_off(
     for node in plan.nodes:
         names = [step.name for step in node.steps]
         assert "sync" not in names and "drop-caches" not in names
+        if node.rank:
+            assert "download-models" not in names  # one download, into the NAS both nodes see
+            continue
         (download,) = [step for step in node.steps if step.name == "download-models"]
         assert download.argv[-2:] == ("brandonmusic/GLM-5.3-Flash-tr3-4bpw", "incoai/GLM-5.3-Flash-DFlash2")
         assert "HF_HOME=/mnt/nas/ai/huggingface" in values_of(download.argv, "-e")
@@ -399,7 +407,8 @@ def test_sglang_ranks_meet_through_dist_init_addr():
         assert values_of(argv, "--model-path") == ["zai-org/GLM-4.5-Air-FP8"]
         assert values_of(argv, "--json-model-override-args") == ['{"rope_scaling": null}']
         assert values_of(argv, "--host") == ["0.0.0.0"]
-    assert "download-models" in [step.name for step in plan.nodes[1].steps]
+    assert "download-models" in [step.name for step in plan.nodes[0].steps]
+    assert "download-models" not in [step.name for step in plan.nodes[1].steps]
 
 
 def test_llamacpp_workers_serve_rpc_on_their_fabric_ip_and_start_before_the_head():
@@ -728,3 +737,120 @@ def test_pre_serve_with_a_replaced_entrypoint_makes_sh_the_entrypoint(tmp_path):
     image = argv.index("nvcr.io/nvidia/vllm:25.11-py3")
     assert argv[image - 2:image] == ("--entrypoint", "sh") and argv[image + 1] == "-c"
     assert argv[image + 3:image + 9] == ("pre_serve", "1", "/swaplab/pre-serve/0", "/workspace/mods/fix-rope.patch", "vllm", "serve")
+
+
+# --- models: fetched once, copied to the nodes ------------------------------------------------
+
+TP4 = FIXTURES / "qwen-sglang-tp4"
+QWEN = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
+QWEN_REVISION = "e156cb4b9a7b6bc2d0e5a5c8e3e2d1b0c9a8f7e6"
+
+
+def test_golden_sglang_tp4_fetches_once_on_the_head_and_copies_to_three_workers():
+    check_golden(plan_of(TP4, cluster="ds4x4"), "qwen-sglang-tp4", as_text=True)
+
+
+def test_the_head_fetches_pinned_revisions_and_the_drafter_named_only_by_its_flag():
+    plan = plan_of(TP4, cluster="ds4x4")
+    (download,) = [step for step in plan.nodes[0].steps if step.name == "download-models"]
+    assert download.argv[-2:] == (f"{QWEN}@{QWEN_REVISION}", "lmsys/Qwen3-235B-A22B-EAGLE3@v1.0")
+    assert values_of(download.argv, "-v") == ["~/.cache/huggingface:/root/.cache/huggingface"]
+    assert download.secrets == ("HF_TOKEN",)
+    assert not any(step.name.startswith("copy ") for step in plan.nodes[0].steps)
+    for node in plan.nodes[1:]:
+        names = [step.name for step in node.steps]
+        assert "download-models" not in names
+        assert names[1:5] == [f"copy {QWEN}", f"copy {QWEN} refs", "copy lmsys/Qwen3-235B-A22B-EAGLE3",
+                              "copy lmsys/Qwen3-235B-A22B-EAGLE3 refs"]
+        blobs, links = node.steps[1], node.steps[2]
+        # Pulled by the worker from the head's fabric address, only once the head has them.
+        assert blobs.kind == "prepare" and blobs.after_head == "download-models"
+        folder = "hub/models--Qwen--Qwen3-235B-A22B-Instruct-2507-FP8"
+        assert blobs.argv == (
+            "rsync", "--archive", "--mkpath", "--info=name1,progress2,stats1", "--ignore-existing",
+            "--exclude=*.incomplete", "-e", "ssh -o BatchMode=yes -l giovanni",
+            f"192.168.100.11:.cache/huggingface/{folder}/blobs/", f"~/.cache/huggingface/{folder}/blobs/",
+        )
+        assert links.argv[-3:] == (
+            f"192.168.100.11:.cache/huggingface/{folder}/snapshots", f"192.168.100.11:.cache/huggingface/{folder}/refs",
+            f"~/.cache/huggingface/{folder}/",
+        )
+        # Every rank reads its own node's copy.
+        assert "~/.cache/huggingface:/root/.cache/huggingface" in values_of(rank_argv(plan, node.rank), "-v")
+
+
+def test_a_hosts_own_cache_folder_is_where_its_copy_goes_and_what_its_rank_mounts():
+    # glm-sglang mounts its own HF_HOME, which wins over every cache folder of the cluster.
+    plan = plan_of(FIXTURES / "glm-sglang", cluster="ds4-own-disks")
+    assert values_of(rank_argv(plan, 1), "-v") == ["/mnt/nas/ai/huggingface:/root/.cache/huggingface"]
+    plan = plan_of(FIXTURES / "qwen-container", cluster="ds4-own-disks")
+    worker = plan.nodes[1]
+    copies = [step for step in worker.steps if step.name.startswith("copy ")]
+    assert copies and all(step.argv[-1].startswith("/data/huggingface/hub/") for step in copies)
+    assert all(step.argv[-2].startswith("192.168.100.3:.cache/huggingface/hub/") for step in copies)
+    assert "/data/huggingface:/root/.cache/huggingface" in values_of(rank_argv(plan, 1), "-v")
+    assert "~/.cache/huggingface:/root/.cache/huggingface" in values_of(rank_argv(plan, 0), "-v")
+
+
+def clusters_variant(tmp_path: Path, name: str, extra: str) -> Path:
+    """The fixture clusters file with lines added to [clusters.NAME]."""
+    text = CLUSTERS.read_text()
+    header = f"[clusters.{name}]\n"
+    assert text.count(header) == 1
+    path = tmp_path / "clusters.toml"
+    path.write_text(text.replace(header, header + extra))
+    return path
+
+
+def test_download_here_fetches_on_this_machine_then_sends_to_every_node(tmp_path):
+    clusters = clusters_variant(tmp_path, "ds4x4", 'download = "here"\ndownload_dir = "/srv/hub"\n')
+    recipe = load_recipe(TP4)
+    cluster = get_cluster(clusters, "ds4x4")
+    plan = make_plan(recipe, cluster, run_id="r")
+    (download,) = [step for node in plan.nodes for step in node.steps if step.name == "download-models"]
+    assert download.kind == "local" and download.secrets == ("HF_TOKEN",)
+    assert download.argv[:4] == ("env", "HF_HOME=/srv/hub", sys.executable, "-c")
+    assert download.argv[-2:] == (f"{QWEN}@{QWEN_REVISION}", "lmsys/Qwen3-235B-A22B-EAGLE3@v1.0")
+    assert not any("HF_TOKEN" in word for word in download.argv)  # the secret travels in the environment
+    for node in plan.nodes:
+        copies = [step for step in node.steps if step.name.startswith("copy ")]
+        assert [step.kind for step in copies] == ["send"] * 4
+        assert copies[0].argv[-2:] == (
+            "/srv/hub/hub/models--Qwen--Qwen3-235B-A22B-Instruct-2507-FP8/blobs/",
+            f"{node.host.name}:.cache/huggingface/hub/models--Qwen--Qwen3-235B-A22B-Instruct-2507-FP8/blobs/",
+        )
+    assert "# on this machine, into spark3" in plan_text(plan)
+
+
+def test_a_shared_hub_gets_one_download_and_no_copies_but_the_heads(tmp_path):
+    clusters = clusters_variant(tmp_path, "ds4x4", 'download = "here"\nhf_cache_dir = "/mnt/nas/hf"\nhf_cache_shared = true\n')
+    plan = make_plan(load_recipe(TP4), get_cluster(clusters, "ds4x4"), run_id="r")
+    assert [step.name for step in plan.nodes[0].steps if step.kind == "send"] == [
+        f"copy {QWEN}", f"copy {QWEN} refs", "copy lmsys/Qwen3-235B-A22B-EAGLE3", "copy lmsys/Qwen3-235B-A22B-EAGLE3 refs",
+    ]
+    for node in plan.nodes[1:]:
+        assert not any(step.name.startswith(("copy ", "download")) for step in node.steps)
+        assert "/mnt/nas/hf:/root/.cache/huggingface" in values_of(rank_argv(plan, node.rank), "-v")
+
+
+def test_golden_llamacpp_rpc_gets_a_cache_mount_for_its_downloads():
+    plan = plan_of(FIXTURES / "gemma-llamacpp")
+    check_golden(plan, "gemma-llamacpp", as_text=True)
+    for rank in (0, 1):
+        argv = rank_argv(plan, rank)
+        assert "/mnt/nas/ai/huggingface:/root/.cache/huggingface" in values_of(argv, "-v")
+        assert {"HF_HOME=/root/.cache/huggingface", "LLAMA_CACHE=/root/.cache/huggingface/llama.cpp"} <= set(values_of(argv, "-e"))
+    # Its model is a GGUF path: llama-server reads it, nothing is fetched for it.
+    assert not any(step.name == "download-models" for node in plan.nodes for step in node.steps)
+
+
+@pytest.mark.parametrize(("args", "found"), [
+    (["--speculative-config", '{"method": "eagle3", "model": "org/drafter", "revision": "abc"}'], [("org/drafter", "abc")]),
+    (["--speculative_config={\"model\": \"org/drafter\"}"], [("org/drafter", None)]),
+    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'], []),
+    (["--speculative-config", '{"model": "/models/drafter"}'], []),
+    (["--speculative-draft-model-path", "org/eagle", "--speculative-draft-model-revision", "v2"], [("org/eagle", "v2")]),
+    (["--speculative-draft-model-path", "/local/eagle"], []),
+])
+def test_drafters_are_found_inside_json_and_flag_arguments(args, found):
+    assert [(model.repo, model.revision) for model in drafters(args)] == found

@@ -337,7 +337,7 @@ def test_missing_required_keys_and_engine_mismatches(tmp_path):
     ]
     path = write(tmp_path, 'engine = "sglang"\ndistributed_backend = "ray"\n', "sglang.toml")
     assert faults_of(load_recipe, path) == [
-        f"{path}:1: missing required key 'docker_image' (an image reference) in the top level",
+        f"{path}:1: missing required key 'docker_image' (an image reference such as \"vllm/vllm-openai:v0.11.0\") in the top level",
         f"{path}:1: missing required key 'model' (a Hugging Face repo id or a path) in the top level",
         f'{path}:2: distributed_backend = "ray" is vLLM\'s; sglang brings its own',
     ]
@@ -512,7 +512,7 @@ X = "y"
 
 
 def test_an_unknown_cluster_or_a_missing_file_says_what_to_do(tmp_path):
-    with pytest.raises(SwaplabError, match=r"no cluster 'ds9' in .*; known clusters: ds4, ds4-local, ds4-privileged"):
+    with pytest.raises(SwaplabError, match=r"no cluster 'ds9' in .*; known clusters: ds4, ds4-local, ds4-own-disks, ds4-privileged"):
         get_cluster(FIXTURES / "clusters.toml", "ds9")
     with pytest.raises(SwaplabError, match=r"no clusters file at .*absent.toml; write one with a \[clusters.ds4\] table"):
         get_cluster(tmp_path / "absent.toml", "ds4")
@@ -633,3 +633,42 @@ copy = [{ from = "file", to = "relative/file" }]
     faults = faults_of(load_recipe, path)
     assert any(fault.startswith(f"{path}:{line_of(path, 'relative/file')}:") and "absolute path in the container" in fault
                for fault in faults), faults
+
+
+def test_extra_models_may_pin_a_revision_and_images_hold_nothing_a_shell_reads(tmp_path):
+    path = write(tmp_path, '''engine = "vllm"
+docker_image = "vllm/vllm-openai:v0.11.0;touch"
+model = "Qwen/Qwen3-8B"
+extra_models = ["org/drafter@v2", "org/other@", "not-a-repo"]
+''', "pins.toml")
+    assert faults_of(load_recipe, path) == [
+        (f'{path}:2: docker_image must be an image reference such as "vllm/vllm-openai:v0.11.0", not a string '
+         "'vllm/vllm-openai:v0.11.0;touch': letters, digits and . _ - / : @ only"),
+        (f"{path}:4: extra_models must be an array of Hugging Face repo ids (ORG/NAME, or ORG/NAME@REVISION), not an "
+         "array ['org/drafter@v2', 'org/other@', 'not-a-repo']: 'org/other@' has no revision after its @ (a branch, tag or commit)"),
+    ]
+    path = write(tmp_path, '''engine = "vllm"
+docker_image = "nvcr.io/nvidia/vllm@sha256:0123"
+model = "Qwen/Qwen3-8B"
+extra_models = ["org/drafter@v2"]
+args = ["--revision", "abc123"]
+''', "pinned.toml")
+    recipe = load_recipe(path)
+    assert [(model.repo, model.revision) for model in recipe.hub_models] == [("Qwen/Qwen3-8B", "abc123"), ("org/drafter", "v2")]
+
+
+def test_where_models_are_fetched_and_each_hosts_cache_are_checked(tmp_path):
+    path = write(tmp_path, '''[clusters.a]
+hosts = [{ name = "h", fabric_ip = "10.0.0.1" }]
+download = "there"
+hf_cache_shared = "yes"
+
+[hosts.h]
+hf_cache_dir = "relative/hub"
+''', "clusters.toml")
+    assert faults_of(load_clusters, path) == [
+        f"{path}:3: clusters.a.download must be \"head\" or \"here\", not a string 'there': unknown place 'there'",
+        f"{path}:4: clusters.a.hf_cache_shared must be true or false, not a string 'yes'",
+        (f"{path}:7: hosts.h.hf_cache_dir must be an absolute path or one starting with ~/, not a string 'relative/hub': "
+         "relative paths would depend on where ssh lands"),
+    ]

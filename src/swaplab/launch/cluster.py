@@ -3,8 +3,11 @@
 ```toml
 [clusters.ds4]
 user = "giovanni"                          # ssh user (optional: ~/.ssh/config decides)
-hf_cache_dir = "/mnt/nas/ai/huggingface"   # the Hugging Face hub every node sees (HF_HOME)
-local_cache_dir = "/var/cache/hf"          # optional: mirror the recipe's models here per node
+hf_cache_dir = "/mnt/nas/ai/huggingface"   # each node's Hugging Face cache (HF_HOME); default ~/.cache/huggingface
+hf_cache_shared = true                     # optional: that folder is one disk every node sees (a NAS)
+local_cache_dir = "/var/cache/hf"          # optional: mirror the recipe's models here per node (implies shared)
+download = "head"                          # optional: where the models are fetched, once: "head" or "here"
+download_dir = "~/.cache/huggingface"      # optional, for download = "here": this machine's HF_HOME
 ssh_options = ["ConnectTimeout=10"]        # optional extra `ssh -o` options
 hosts = [{ name = "dgx3", fabric_ip = "192.168.100.3" },
          { name = "dgx4", fabric_ip = "192.168.100.4", ssh_port = 2222 }]   # head first
@@ -13,6 +16,8 @@ rdma = true                                # optional: ranks get the RDMA device
 ulimits = { nofile = "65536:65536" }
 [nccl.ds4]
 NCCL_SOCKET_IFNAME = "enp1s0f1np1"
+[hosts.dgx4]                               # optional: one host's own values
+hf_cache_dir = "/data/huggingface"         #   its HF_HOME, over the cluster's (unless the hub is shared)
 [hosts.dgx4.nccl]                          # optional: one host's NCCL settings, over [nccl.ds4]
 NCCL_IB_HCA = "rocep1s0f1"
 ```
@@ -41,10 +46,16 @@ from swaplab.errors import SwaplabError
 from swaplab.launch.spec import ContainerOptions
 from swaplab.launch.tomlfile import Checker, read_toml
 
-CLUSTER_KEYS = ("user", "hf_cache_dir", "local_cache_dir", "ssh_options", "hosts", "rdma", "container")
+CLUSTER_KEYS = (
+    "user", "hf_cache_dir", "hf_cache_shared", "local_cache_dir", "download", "download_dir", "ssh_options", "hosts",
+    "rdma", "container",
+)
 HOST_KEYS = ("name", "fabric_ip", "ssh_port")
-HOST_TABLE_KEYS = ("nccl",)
+HOST_TABLE_KEYS = ("nccl", "hf_cache_dir")
 """What a top-level [hosts.NAME] table may hold."""
+DOWNLOAD_PLACES = ("head", "here")
+DEFAULT_HF_CACHE = "~/.cache/huggingface"
+"""huggingface_hub's own default HF_HOME: each node's cache, and this machine's, unless the clusters file says."""
 CONTAINER_KEYS = ("devices", "ulimits", "cap_add", "user", "privileged", "read_only_mounts")
 ULIMIT_NAMES = (
     "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
@@ -78,6 +89,7 @@ class Cluster:
     name: str
     user: str | None
     hf_cache_dir: str | None
+    """Every node's Hugging Face cache (HF_HOME on the host) unless its [hosts.NAME] says; None: DEFAULT_HF_CACHE."""
     hosts: tuple[Host, ...]
     nccl: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     ssh_options: tuple[str, ...] = ()
@@ -89,10 +101,30 @@ class Cluster:
     """`rdma = true/false`; None: decided by the NCCL settings (see `uses_rdma`)."""
     container: ContainerOptions = field(default_factory=ContainerOptions)
     """The cluster's `[clusters.NAME.container]`, under the recipe's `[container]`."""
+    hf_cache_shared: bool = False
+    """`hf_cache_shared = true`: hf_cache_dir is one disk every node sees, so one download serves all."""
+    download: str = "head"
+    """Where the recipe's models are fetched, once: "head" (then copied from it to the other
+    nodes over the fabric) or "here" (the launching machine's download_dir, then copied to every node)."""
+    download_dir: str = DEFAULT_HF_CACHE
+    """This machine's Hugging Face cache, for download = "here"."""
+    host_hf_cache_dir: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Each host's own `[hosts.NAME] hf_cache_dir`, by host name."""
 
     @property
     def head(self) -> Host:
         return self.hosts[0]
+
+    def hub_of(self, host: Host) -> str:
+        """The Hugging Face cache (an HF_HOME) on `host`: the cluster's when every node shares
+        it, else the host's own, the cluster's, or the default."""
+        own = None if self.shares_hub else self.host_hf_cache_dir.get(host.name)
+        return own or self.hf_cache_dir or DEFAULT_HF_CACHE
+
+    @property
+    def shares_hub(self) -> bool:
+        """Whether every node sees the same hub: said outright, or implied by a per-node mirror."""
+        return self.hf_cache_shared or self.local_cache_dir is not None
 
     def nccl_of(self, host: Host) -> dict[str, str]:
         """The NCCL env of ranks on `host`: the cluster's `[nccl.NAME]`, then the host's own (host wins)."""
@@ -132,11 +164,15 @@ def load_clusters(path: str | Path) -> dict[str, Cluster]:
     clusters = {
         name: _read_cluster(checker, name, value, nccl_table.get(name, {})) for name, value in clusters_table.items()
     }
-    host_nccl = _read_host_tables(checker, top.get("hosts", {}), {host.name for cluster in clusters.values() for host in cluster.hosts})
+    host_nccl, host_hub = _read_host_tables(
+        checker, top.get("hosts", {}), {host.name for cluster in clusters.values() for host in cluster.hosts}
+    )
     clusters = {
-        name: replace(cluster, host_nccl=MappingProxyType({
-            host.name: host_nccl[host.name] for host in cluster.hosts if host.name in host_nccl
-        }))
+        name: replace(
+            cluster,
+            host_nccl=MappingProxyType({host.name: host_nccl[host.name] for host in cluster.hosts if host.name in host_nccl}),
+            host_hf_cache_dir=MappingProxyType({host.name: host_hub[host.name] for host in cluster.hosts if host.name in host_hub}),
+        )
         for name, cluster in clusters.items()
     }
     if not clusters and "clusters" not in top:
@@ -183,6 +219,11 @@ def _read_cluster(checker: Checker, name: str, value: Any, nccl: Any) -> Cluster
         name=name,
         user=checker.get(table, where, "user", as_string, "a string"),
         hf_cache_dir=checker.get(table, where, "hf_cache_dir", _as_directory, "an absolute path or one starting with ~/"),
+        hf_cache_shared=checker.get(table, where, "hf_cache_shared", as_boolean, "true or false", default=False),
+        download=checker.get(table, where, "download", _as_download_place, "\"head\" or \"here\"", default="head"),
+        download_dir=checker.get(
+            table, where, "download_dir", _as_directory, "an absolute path or one starting with ~/", default=DEFAULT_HF_CACHE
+        ),
         local_cache_dir=checker.get(table, where, "local_cache_dir", _as_directory, "an absolute path or one starting with ~/"),
         ssh_options=checker.get(table, where, "ssh_options", _as_ssh_options, "an array of OPTION=VALUE strings", default=()),
         hosts=tuple(hosts),
@@ -192,25 +233,30 @@ def _read_cluster(checker: Checker, name: str, value: Any, nccl: Any) -> Cluster
     )
 
 
-def _read_host_tables(checker: Checker, value: Any, known: set[str]) -> dict[str, MappingProxyType]:
-    """The top-level `[hosts.NAME.nccl]` tables, by host name; NAME must be a host of some cluster."""
+def _read_host_tables(checker: Checker, value: Any, known: set[str]) -> tuple[dict[str, MappingProxyType], dict[str, str]]:
+    """The top-level `[hosts.NAME]` tables: their `nccl` tables and their `hf_cache_dir`, each by
+    host name; NAME must be a host of some cluster."""
     if not isinstance(value, dict):
-        checker.fault(("hosts",), f"hosts must be a table of [hosts.NAME.nccl] tables, not {describe(value)}")
-        return {}
+        checker.fault(("hosts",), f"hosts must be a table of [hosts.NAME] tables, not {describe(value)}")
+        return {}, {}
     tables: dict[str, MappingProxyType] = {}
+    hubs: dict[str, str] = {}
     for name, item in value.items():
         where: KeyPath = ("hosts", name)
         if name not in known:
             # At the header's line: `[hosts.NAME.nccl]` records only its full path.
             header = where + ("nccl",) if isinstance(item, dict) and "nccl" in item else where
             checker.fault(header, (
-                f"no cluster has a host named {name!r} (the NAME of [hosts.NAME.nccl] is a host's name); "
+                f"no cluster has a host named {name!r} (the NAME of [hosts.NAME] is a host's name); "
                 f"known hosts: {', '.join(sorted(known)) or '(none)'}"
             ))
         table = checker.table(item, where, HOST_TABLE_KEYS)
         if "nccl" in table:
             tables[name] = MappingProxyType(read_env_table(checker, where + ("nccl",), table["nccl"], strings_only=True))
-    return tables
+        hub = checker.get(table, where, "hf_cache_dir", _as_directory, "an absolute path or one starting with ~/")
+        if hub is not None:
+            hubs[name] = hub
+    return tables, hubs
 
 
 def read_container_table(checker: Checker, where: KeyPath, value: Any) -> ContainerOptions:
@@ -332,6 +378,13 @@ def _as_directory(value: Any) -> str:
     if not (text.startswith(("/", "~/")) or text == "~"):
         raise ValueError("relative paths would depend on where ssh lands")
     return text.rstrip("/") or "/"
+
+
+def _as_download_place(value: Any) -> str:
+    text = as_string(value)
+    if text not in DOWNLOAD_PLACES:
+        raise ValueError(f"unknown place {text!r}")
+    return text
 
 
 def _as_ssh_options(value: Any) -> tuple[str, ...]:

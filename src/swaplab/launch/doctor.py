@@ -7,17 +7,20 @@ plan's sudo steps (drop_caches); the RDMA fabric and the transport NCCL will use
 that will not swallow the server command; the model
 present and identical on every node (a path: size and content hash; a Hugging Face repo:
 its blobs, which the hub names by their hash, and their sizes); free disk where the model
-goes, against the model's size when a node has it. Last, the per-host NCCL settings to
-paste into the clusters file. `up` runs the cheap subset (`preflight`) before it starts anything.
+goes, against the model's size when a node has it; what copying the models needs (rsync on
+the nodes, huggingface_hub here for download = "here", and each worker reaching the head over
+the fabric for download = "head"). Last, the per-host NCCL settings to paste into the clusters file. `up` runs the cheap subset (`preflight`) before it starts anything.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 import json
 import re
 import shlex
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -26,7 +29,14 @@ from swaplab.errors import SwaplabError
 from swaplab.launch import fabric, remote
 from swaplab.launch.cluster import Cluster, Host
 from swaplab.launch.engines import get_engine
-from swaplab.launch.plan import NodePlan, Plan, default_run_id, hub_folder, make_plan
+from swaplab.launch.plan import (
+    NodePlan,
+    Plan,
+    default_run_id,
+    fabric_ssh,
+    hub_folder,
+    make_plan,
+)
 from swaplab.launch.remote import RemoteError, SshTarget
 from swaplab.launch.spec import HUB_REPO, Recipe, Step
 
@@ -155,6 +165,7 @@ async def _doctor(recipe: Recipe, cluster: Cluster) -> list[Finding]:
     findings += await _image_checks(recipe, reports)
     model_findings, sizes = await _model_checks(recipe, cluster, up)
     findings += model_findings
+    findings += await _copy_findings(recipe, cluster, up)
     known = max((size for size in sizes.values() if size), default=None)
     findings += await asyncio.gather(
         *(_disk_finding(recipe, cluster, host, target, sizes.get(host.name), known) for host, target in up)
@@ -338,17 +349,17 @@ async def _memory_finding(host: Host, target: SshTarget) -> Finding:
     return Finding(host.name, "memory", True, f"{available / GIB:.1f} GiB available")
 
 
-def _model_location(recipe: Recipe, cluster: Cluster) -> tuple[str, str] | None:
-    """("path", PATH) for a model given as a path, ("hub", REPO FOLDER) for a hub repo, None for a bare name."""
+def _model_location(recipe: Recipe, cluster: Cluster, host: Host) -> tuple[str, str] | None:
+    """("path", PATH) for a model given as a path, ("hub", REPO FOLDER) for a hub repo (in the
+    host's cache), None for a bare name."""
     model = recipe.model
     if not model:
         return None
     if model.startswith(("/", "~/")):
         return "path", model
-    if recipe.engine != "process" and HUB_REPO.match(model):
+    if get_engine(recipe.engine).model_is_hub_repo and HUB_REPO.match(model):
         hub = next((mount.host for mount in recipe.extra_mounts if mount.env == "HF_HOME"), None)
-        root = hub or cluster.hf_cache_dir or "~/.cache/huggingface"
-        return "hub", hub_folder(root, model)
+        return "hub", hub_folder(hub or cluster.hub_of(host), model)
     return None
 
 
@@ -357,7 +368,7 @@ async def _disk_finding(
 ) -> Finding:
     """Free space where the model goes (the node-local mirror, or where it is read from), against
     what of the model is still to come when its size is known (a node has it)."""
-    location = _model_location(recipe, cluster)
+    location = _model_location(recipe, cluster, host)
     # Hub repos are mirrored to local_cache_dir (plan.py); a model given as a path is read where it is.
     mirror = bool(cluster.local_cache_dir and location and location[0] == "hub" and recipe.model)
     if mirror and cluster.local_cache_dir and recipe.model:
@@ -395,21 +406,24 @@ async def _model_checks(
     recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]]
 ) -> tuple[list[Finding], dict[str, int | None]]:
     """The model on every node, and its size on each (None where it is missing)."""
-    location = _model_location(recipe, cluster)
-    if location is None or not nodes:
+    locations = {host.name: _model_location(recipe, cluster, host) for host, _ in nodes}
+    if not nodes or None in locations.values():
         return [], {}
-    kind, path = location
-    script = _MODEL_FILES if kind == "path" else _HUB_REPO
-    results = await asyncio.gather(*(remote.run_script(target, script, path) for _, target in nodes))
+    results = await asyncio.gather(*(
+        remote.run_script(target, _MODEL_FILES if locations[host.name][0] == "path" else _HUB_REPO, locations[host.name][1])
+        for host, target in nodes
+    ))
     findings = []
     sizes: dict[str, int | None] = {}
     seen: dict[str, list[str]] = {}
     for (host, _), result in zip(nodes, results, strict=True):
+        kind, path = locations[host.name]
         fields = result.stdout.split()
         if not result.ok or len(fields) != 2:
             sizes[host.name] = None
-            if kind == "hub" and not recipe.offline:
-                findings.append(Finding(host.name, "model", True, f"{recipe.model}: not in the hub yet (`up` downloads it)"))
+            coming = _how_the_model_comes(cluster, host)
+            if kind == "hub" and (not recipe.offline or coming != "downloads it"):
+                findings.append(Finding(host.name, "model", True, f"{recipe.model}: not in its cache yet (`up` {coming})"))
             else:
                 findings.append(Finding(
                     host.name, "model", False, f"{recipe.model}: missing at {path}", _missing_fix(recipe, kind, path, host)
@@ -422,10 +436,62 @@ async def _model_checks(
     if len(seen) > 1:
         groups = "; ".join(f"{', '.join(names)}: {key.split()[0]} bytes, {key.split()[1][:16]}" for key, names in seen.items())
         findings.append(Finding(
-            cluster.name, "model", False, f"{path} differs between nodes ({groups})",
+            cluster.name, "model", False, f"{recipe.model} differs between nodes ({groups})",
             "copy it again from the head to the others (`rsync -a --checksum`) so every rank loads the same weights",
         ))
     return findings, sizes
+
+
+def _how_the_model_comes(cluster: Cluster, host: Host) -> str:
+    """What `up` does to bring a hub model to `host` (see plan._model_steps)."""
+    if cluster.download == "here":
+        return "sends it from here" if host == cluster.head or not cluster.shares_hub else "sends it to the shared cache"
+    if host == cluster.head or cluster.shares_hub:
+        return "downloads it"
+    return "copies it from the head"
+
+
+async def _copy_findings(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]]) -> list[Finding]:
+    """What `up` needs to fetch and copy the recipe's hub repos: huggingface_hub and rsync here
+    (download = "here"), rsync on every node a copy reaches, and each worker reaching the head
+    over the fabric (download = "head", copies from it)."""
+    models = recipe.hub_models if get_engine(recipe.engine).model_is_hub_repo else ()
+    if not models or not nodes:
+        return []
+    findings = []
+    copies = not cluster.shares_hub or cluster.download == "here"
+    if cluster.download == "here":
+        findings.append(
+            Finding("here", "copy", True, "huggingface_hub here, for download = \"here\"")
+            if importlib.util.find_spec("huggingface_hub") else
+            Finding("here", "copy", False, "huggingface_hub is missing from swaplab's Python (download = \"here\" fetches with it)",
+                    "pip install 'swaplab[launch]' where swaplab is installed, or set download = \"head\"")
+        )
+        if shutil.which("rsync") is None:
+            findings.append(Finding("here", "copy", False, "rsync is missing here", "install rsync (apt-get install rsync)"))
+    if not copies:
+        return findings
+    # Into every node, or into the shared cache through the head; a head copied from runs rsync too.
+    receivers = nodes[:1] if cluster.download == "here" and cluster.shares_hub else nodes
+    present = await asyncio.gather(*(remote.run(target, ["sh", "-c", "command -v rsync"]) for _, target in receivers))
+    for (host, _), result in zip(receivers, present, strict=True):
+        findings.append(
+            Finding(host.name, "copy", True, f"rsync {result.stdout.strip()}") if result.ok else
+            Finding(host.name, "copy", False, "rsync is missing (the models are copied with it)", "install rsync on the node")
+        )
+    if cluster.download == "head":
+        head = cluster.head
+        probe = [*fabric_ssh(cluster, head), "-o", "ConnectTimeout=10", head.fabric_ip, "true"]
+        workers = nodes[1:]
+        reached = await asyncio.gather(*(remote.run(target, probe) for _, target in workers))
+        for (host, _), result in zip(workers, reached, strict=True):
+            detail = f"reaches the head at {head.fabric_ip} over ssh (the models are copied from it)"
+            findings.append(Finding(host.name, "copy", True, detail) if result.ok else Finding(
+                host.name, "copy", False, f"cannot reach the head at {head.fabric_ip} over ssh: {_last_line(result.stderr) or 'no message'}",
+                f"authorize {host.name}'s key on the head (on {host.name}: `ssh-copy-id {head.fabric_ip}`), "
+                "or set download = \"here\" in the clusters file",
+            ))
+    return findings
 
 
 def _missing_fix(recipe: Recipe, kind: str, path: str, host: Host) -> str:
@@ -449,7 +515,7 @@ async def _image_checks(recipe: Recipe, reports: Sequence[_NodeReport]) -> list[
     results = await asyncio.gather(
         *(remote.run(report.target, ["docker", "image", "inspect", "--format", "{{.Id}}", image]) for report in checked)
     )
-    how = "builds and distributes it" if recipe.docker_image_dir else "pulls it"
+    how = "builds it here and loads it on every node" if recipe.docker_image_dir else "copies it from here or the head, or pulls it"
     findings = []
     ids: dict[str, str] = {}
     for report, result in zip(checked, results, strict=True):
@@ -462,8 +528,8 @@ async def _image_checks(recipe: Recipe, reports: Sequence[_NodeReport]) -> list[
         listing = "; ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
         findings.append(Finding(
             "all", "image", False, f"{image} differs between nodes ({listing})",
-            "remove the stale copies (`docker image rm`) and let `up` distribute one image"
-            if recipe.docker_image_dir else f"`docker pull {image}` on every node, or pin it by digest",
+            "`up` replaces each copy whose id differs from this machine's (or, without one here, the head's); "
+            f"or pin {image} by digest",
         ))
     present = [report for report in checked if report.host.name in ids]
     entrypoints = await asyncio.gather(*(

@@ -106,11 +106,16 @@ class Gang:
     run_id: str
     labels: Mapping[str, str]
     mounts: tuple[Mount, ...]
-    """The container mounts after mirroring (host side may start with ~/)."""
+    """The container mounts, the hub's among them (host side may start with ~/)."""
     base_env: Mapping[str, str]
     """Mount variables, the recipe's [env] and the cluster's [nccl.NAME], in that order (each
     rank adds its host's [hosts.NAME.nccl] over them)."""
     engine: Engine
+    hub_mount: Mount | None = None
+    """The mount among `mounts` that is the node's Hugging Face cache (HF_HOME)."""
+    hub_dirs: tuple[str, ...] = ()
+    """Each rank's Hugging Face cache on its node (its own, or its node-local mirror): the host
+    side of `hub_mount` for containers, HF_HOME itself for engine "process"; empty: none."""
 
     @property
     def head(self) -> Host:
@@ -131,6 +136,8 @@ class Gang:
     def env(self, rank: int) -> dict[str, str]:
         """Everything rank `rank` gets in its environment, the launcher's variables last."""
         env = dict(self.base_env)
+        if self.hub_dirs and not self.engine.uses_docker:
+            env.setdefault("HF_HOME", self.hub_dirs[rank])
         env.update(self.cluster.host_nccl.get(self.hosts[rank].name, {}))
         env.update(self.engine.node_env(self, rank))
         env.update(
@@ -182,7 +189,8 @@ class Gang:
             # client's environment, where `up` puts it (see Step.secrets).
             argv += ["-e", key if key in recipe.secret_keys else f"{key}={value}"]
         for mount in self.mounts:
-            argv += ["-v", f"{mount.host}:{mount.container}"]
+            host = self.hub_dirs[rank] if mount is self.hub_mount and self.hub_dirs else mount.host
+            argv += ["-v", f"{host}:{mount.container}"]
         for host, container in options.read_only_mounts:
             argv += ["-v", f"{host}:{container}:ro"]
         for index, _, _ in copies_of(recipe):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -20,18 +21,25 @@ from swaplab.launch.cluster import Cluster, Host
 from swaplab.launch.engine import Gang
 from swaplab.launch.engines import get_engine
 from swaplab.launch.hooks import staging_steps
-from swaplab.launch.spec import Mount, Recipe, Step
+from swaplab.launch.spec import HubModel, Mount, Recipe, Step
 
 DEFAULT_HF_HOME = "/root/.cache/huggingface"
-"""Where the cluster's hf_cache_dir is mounted when the recipe mounts no HF_HOME itself."""
+"""Where the node's Hugging Face cache is mounted when the recipe mounts no HF_HOME itself."""
 
 DOWNLOAD_SCRIPT = (
     "import sys\n"
     "from huggingface_hub import snapshot_download\n"
-    "for repo in sys.argv[1:]:\n"
-    "    print(snapshot_download(repo), flush=True)\n"
+    "for spec in sys.argv[1:]:\n"
+    "    repo, _, revision = spec.partition('@')\n"
+    "    print(snapshot_download(repo, revision=revision or None), flush=True)\n"
 )
-"""Run in the recipe's image on each node; the repos arrive as arguments, never as code."""
+"""Run once (in the recipe's image on the head, or here); the repos arrive as arguments
+(`REPO` or `REPO@REVISION`), never as code."""
+
+DOWNLOAD_STEP = "download-models"
+RSYNC = ("rsync", "--archive", "--mkpath", "--info=name1,progress2,stats1")
+"""Every copy of a hub repo: attributes and symlinks kept, folders made, each file named as it
+is copied, progress, and a two-line summary (nothing named: nothing was copied)."""
 
 VERIFY_SCRIPT = """\
 import hashlib, os, sys
@@ -131,38 +139,42 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
         "swaplab.recipe": recipe.slug,
         "swaplab.recipe-hash": recipe.digest(),
     })
-    mounts = _mounts(recipe, cluster, hub_home=engine.model_is_hub_repo) if engine.uses_docker else ()
-    hub = next((mount for mount in mounts if mount.env == "HF_HOME"), None)
+    own_hub = next((mount for mount in recipe.extra_mounts if mount.env == "HF_HOME"), None)
+    # Where downloads land on each node: the recipe's own HF_HOME mount, else the cluster's cache.
+    hubs = tuple(own_hub.host if own_hub else cluster.hub_of(host) for host in hosts)
     models = recipe.hub_models if engine.model_is_hub_repo else ()
-    mirroring = bool(cluster.local_cache_dir and hub and models)
-    rank_mounts = tuple(
-        replace(mount, host=cluster.local_cache_dir) if mirroring and mount is hub else mount for mount in mounts
-    )
+    mirroring = bool(cluster.local_cache_dir and models)
+    # What each rank reads: its node-local mirror, or its hub.
+    rank_hubs = tuple(cluster.local_cache_dir or hub for hub in hubs) if mirroring else hubs
+    if engine.uses_docker:
+        # Every container engine gets the node's cache, so nothing downloads into a throwaway container.
+        hub_mount = own_hub or Mount(host=hubs[0], container=DEFAULT_HF_HOME, env="HF_HOME")
+        mounts = recipe.extra_mounts if own_hub else (*recipe.extra_mounts, hub_mount)
+        mount_env = {mount.env: mount.container for mount in mounts if mount.env}
+    else:
+        hub_mount, mounts = None, ()
+        mount_env = {}
     gang = Gang(
         recipe=recipe,
         cluster=cluster,
         hosts=hosts,
         run_id=run_id,
         labels=labels,
-        mounts=rank_mounts,
-        base_env=MappingProxyType({
-            **{mount.env: mount.container for mount in mounts if mount.env},
-            **recipe.env,
-            **cluster.nccl,
-        }),
+        mounts=mounts,
+        base_env=MappingProxyType({**mount_env, **recipe.env, **cluster.nccl}),
         engine=engine,
+        hub_mount=hub_mount,
+        hub_dirs=rank_hubs if (engine.uses_docker or models) else (),
     )
     # Every rank process gets the secrets in its environment (the docker client, for containers).
     ordered = tuple((rank, replace(step, secrets=recipe.secret_keys)) for rank, step in engine.rank_steps(gang))
+    model_steps = _model_steps(recipe, cluster, hosts, models, hubs, hub_mount)
     nodes = []
     for rank, host in enumerate(hosts):
         steps: list[Step] = []
         if engine.uses_docker:
-            steps += _image_steps(recipe, host, head=rank == 0)
-            if hub is not None and models and not recipe.offline:
-                steps.append(_download_step(recipe, hub, models))
-            if mirroring:
-                steps += _mirror_steps(models, hub.host, cluster.local_cache_dir)
+            steps += _image_steps(recipe, head=rank == 0)
+        steps += model_steps[rank]
         steps += staging_steps(recipe, run_id)
         if recipe.drop_caches:
             steps += _drop_caches_steps()
@@ -180,34 +192,80 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
     )
 
 
-def _mounts(recipe: Recipe, cluster: Cluster, *, hub_home: bool) -> tuple[Mount, ...]:
-    """The recipe's mounts, plus (for engines that load hub repos) the cluster's hf_cache_dir
-    as HF_HOME when the recipe mounts none."""
-    mounts = recipe.extra_mounts
-    if hub_home and cluster.hf_cache_dir and not any(mount.env == "HF_HOME" for mount in mounts):
-        mounts += (Mount(host=cluster.hf_cache_dir, container=DEFAULT_HF_HOME, env="HF_HOME"),)
-    return mounts
+IMAGE_ID = ("docker", "image", "inspect", "--format", "{{.Id}}")
+"""The argv (less the image) that prints an image's id where it is present."""
+IMAGE_FROM_HEAD = 'head=$1 image=$2; shift 2; "$@" "$head" docker save "$image" | docker load'
+"""Run on a worker: the head's copy of the image over the fabric, loaded here. The head's
+address, the image and the ssh command arrive as positional parameters, never as code."""
 
 
-def _image_steps(recipe: Recipe, host: Host, *, head: bool) -> list[Step]:
+def _image_steps(recipe: Recipe, *, head: bool) -> list[Step]:
     image = recipe.docker_image or ""
-    image_id = ("docker", "image", "inspect", "--format", "{{.Id}}", image)
     if recipe.docker_image_dir is None:
-        return [Step("pull-image", ("docker", "pull", image), "prepare", skip_if=image_id)]
-    steps = []
-    if head:
-        # Built once, on the launching machine; every node then loads it unless it has that id.
-        steps.append(Step("build-image", ("docker", "build", "--tag", image, str(recipe.docker_image_dir)), "local"))
-    steps.append(Step(
-        "distribute-image", ("docker", "load"), "prepare",
-        stdin_from=("docker", "save", image), skip_if_same=image_id,
-    ))
+        return [Step("image", ("docker", "pull", image), "prepare", image=image)]
+    # Built once, on the launching machine; then loaded from here on every node whose id differs.
+    steps = [Step("build-image", ("docker", "build", "--tag", image, str(recipe.docker_image_dir)), "local")] if head else []
+    steps.append(Step("image", ("docker", "load"), "prepare", image=image, stdin_from=("docker", "save", image)))
     return steps
 
 
-def _download_step(recipe: Recipe, hub: Mount, models: tuple[str, ...]) -> Step:
-    """Fetch the models into the hub, in the recipe's image (which has huggingface_hub)."""
-    argv = ["docker", "run", "--rm", "--network", "host", "-e", f"HF_HOME={hub.container}"]
+def image_from_head(cluster: Cluster, image: str) -> tuple[str, ...]:
+    """What a worker runs to load the head's copy of `image` (see IMAGE_FROM_HEAD)."""
+    return ("sh", "-c", IMAGE_FROM_HEAD, "sh", cluster.head.fabric_ip, image, *fabric_ssh(cluster, cluster.head))
+
+
+def _model_steps(
+    recipe: Recipe, cluster: Cluster, hosts: Sequence[Host], models: Sequence[HubModel],
+    hubs: Sequence[str], hub_mount: Mount | None,
+) -> list[list[Step]]:
+    """Each rank's steps that bring the recipe's hub repos to its node: one download (on the head,
+    or here), then copies to the nodes that do not share the hub, then the per-node mirrors."""
+    steps: list[list[Step]] = [[] for _ in hosts]
+    if not models:
+        return steps
+    workers = range(1, len(hosts))
+    if cluster.download == "here":
+        steps[0].append(_download_here(recipe, cluster, models))
+        # Into every node's hub, or into the one hub every node sees (through the head).
+        for rank in [0] if cluster.shares_hub else range(len(hosts)):
+            for model in models:
+                steps[rank] += _copy_steps(
+                    model, hub_folder(cluster.download_dir, model.repo),
+                    f"{_remote_path(hosts[rank].name, hub_folder(hubs[rank], model.repo))}",
+                    kind="send", ssh=_rsync_ssh(cluster, hosts[rank]),
+                )
+    else:
+        steps[0].append(_download_on_head(recipe, hubs[0], models, hub_mount))
+        if not cluster.shares_hub:
+            for rank in workers:
+                for model in models:
+                    steps[rank] += _copy_steps(
+                        model, _remote_path(hosts[0].fabric_ip, hub_folder(hubs[0], model.repo)),
+                        hub_folder(hubs[rank], model.repo),
+                        kind="prepare", ssh=_rsync_ssh(cluster, hosts[0]), after_head=DOWNLOAD_STEP,
+                    )
+    if cluster.local_cache_dir:
+        # The hub is shared: each node mirrors it once the head's steps brought the models there.
+        head_done = steps[0][-1].name
+        for rank in range(len(hosts)):
+            mirror = _mirror_steps(models, hubs[rank], cluster.local_cache_dir)
+            if rank:
+                mirror[0] = replace(mirror[0], after_head=head_done)
+            steps[rank] += mirror
+    return steps
+
+
+def _download_on_head(recipe: Recipe, hub: str, models: Sequence[HubModel], mount: Mount | None) -> Step:
+    """Fetch the models into the head's hub: in the recipe's image (which has huggingface_hub)
+    with the hub mounted as the ranks mount it, or for engine "process" with the head's python3.
+    With HF_HUB_OFFLINE in [env] it fetches nothing: it proves the hub has them, before any rank."""
+    arguments = [model.argument for model in models]
+    if mount is None:
+        return Step(
+            DOWNLOAD_STEP, ("env", f"HF_HOME={hub}", "python3", "-c", DOWNLOAD_SCRIPT, *arguments), "prepare",
+            secrets=recipe.secret_keys, progress=True,
+        )
+    argv = ["docker", "run", "--rm", "--network", "host", "-e", f"HF_HOME={mount.container}"]
     for key, value in recipe.env.items():
         argv += ["-e", key if key in recipe.secret_keys else f"{key}={value}"]
     # A helper, not a rank: it replaces the image's entrypoint whatever the recipe says, since
@@ -215,9 +273,65 @@ def _download_step(recipe: Recipe, hub: Mount, models: tuple[str, ...]) -> Step:
     # that would take `python3 -c ...` as its own arguments. It runs no GPU work (no --gpus),
     # so the NGC wrapper's CUDA setup that ranks keep is not needed here; the seed's own
     # download recipe runs the same way (`docker run --rm --entrypoint python3 ...`).
-    argv += ["-v", f"{hub.host}:{hub.container}", "--entrypoint", "python3", recipe.docker_image or ""]
-    argv += ["-c", DOWNLOAD_SCRIPT, *models]
-    return Step("download-models", tuple(argv), "prepare", secrets=recipe.secret_keys)
+    argv += ["-v", f"{hub}:{mount.container}", "--entrypoint", "python3", recipe.docker_image or ""]
+    argv += ["-c", DOWNLOAD_SCRIPT, *arguments]
+    return Step(DOWNLOAD_STEP, tuple(argv), "prepare", secrets=recipe.secret_keys, progress=True)
+
+
+def _download_here(recipe: Recipe, cluster: Cluster, models: Sequence[HubModel]) -> Step:
+    """Fetch the models into this machine's download_dir, with swaplab's own Python (its
+    `launch` extra brings huggingface_hub) and the recipe's [env] (HF_HUB_OFFLINE, HF_ENDPOINT...),
+    as the head's download would have them; the secrets reach it through its environment only."""
+    settings = [f"{key}={value}" for key, value in recipe.env.items() if key not in recipe.secret_keys]
+    argv = ("env", *settings, f"HF_HOME={cluster.download_dir}", sys.executable, "-c", DOWNLOAD_SCRIPT,
+            *(model.argument for model in models))
+    return Step(DOWNLOAD_STEP, argv, "local", secrets=recipe.secret_keys, progress=True)
+
+
+def _copy_steps(model: HubModel, source: str, target: str, *, kind: str, ssh: str, after_head: str | None = None) -> list[Step]:
+    """A hub repo from `source` to `target` (either may be HOST:PATH): first the blobs, named by
+    their content's hash, so one already there is never sent again; then the snapshots' links and
+    the refs, which point at them (a ref is rewritten when it moved)."""
+    blobs = Step(
+        f"copy {model.repo}", (*RSYNC, "--ignore-existing", "--exclude=*.incomplete", "-e", ssh,
+                               f"{source}/blobs/", f"{target}/blobs/"),
+        kind, after_head=after_head, progress=True,
+    )
+    links = Step(
+        f"copy {model.repo} refs", (*RSYNC, "-e", ssh, f"{source}/snapshots", f"{source}/refs", f"{target}/"), kind,
+        progress=True,
+    )
+    return [blobs, links]
+
+
+def _remote_path(address: str, path: str) -> str:
+    """`ADDRESS:PATH` for rsync; a path under ~/ is written relative, which rsync reads from the remote home."""
+    if path == "~":
+        path = "."
+    elif path.startswith("~/"):
+        path = path[2:]
+    return f"[{address}]:{path}" if ":" in address else f"{address}:{path}"
+
+
+def _rsync_ssh(cluster: Cluster, host: Host) -> str:
+    """rsync's `-e` command that reaches `host` (see fabric_ssh)."""
+    return shlex.join(fabric_ssh(cluster, host))
+
+
+def fabric_ssh(cluster: Cluster, host: Host) -> list[str]:
+    """The ssh command (less its destination) that reaches `host` as every other command of `up`
+    does: the cluster's ssh options, the host's port and the cluster's user. A worker copying
+    from the head runs it towards the head's fabric address, so the head must accept the
+    worker's key there."""
+    argv = ["ssh"]
+    for option in cluster.ssh_options:
+        argv += ["-o", option]
+    argv += ["-o", "BatchMode=yes"]
+    if host.ssh_port is not None:
+        argv += ["-p", str(host.ssh_port)]
+    if cluster.user:
+        argv += ["-l", cluster.user]
+    return argv
 
 
 def hub_folder(root: str, repo: str) -> str:
@@ -225,12 +339,12 @@ def hub_folder(root: str, repo: str) -> str:
     return f"{root}/hub/models--{repo.replace('/', '--')}"
 
 
-def _mirror_steps(models: tuple[str, ...], source_root: str, mirror_root: str) -> list[Step]:
+def _mirror_steps(models: Sequence[HubModel], source_root: str, mirror_root: str) -> list[Step]:
     steps = []
-    for repo in models:
-        source, mirror = hub_folder(source_root, repo), hub_folder(mirror_root, repo)
-        steps.append(Step(f"mirror {repo}", ("rsync", "--archive", "--delete", "--mkpath", f"{source}/", f"{mirror}/"), "prepare"))
-        steps.append(Step(f"verify {repo}", ("python3", "-c", VERIFY_SCRIPT, source, mirror), "prepare"))
+    for model in models:
+        source, mirror = hub_folder(source_root, model.repo), hub_folder(mirror_root, model.repo)
+        steps.append(Step(f"mirror {model.repo}", ("rsync", "--archive", "--delete", "--mkpath", f"{source}/", f"{mirror}/"), "prepare"))
+        steps.append(Step(f"verify {model.repo}", ("python3", "-c", VERIFY_SCRIPT, source, mirror), "prepare"))
     return steps
 
 
@@ -285,7 +399,7 @@ def plan_text(plan: Plan) -> str:
         role = "head" if node.rank == 0 else "worker"
         lines += ["", f"rank {node.rank} ({role}) on {node.host.name}, fabric {node.host.fabric_ip}"]
         for number, step in enumerate(node.steps, 1):
-            lines.append(f"  {number}. {step.name} [{step.kind}]{_step_note(step, node.host, recipe)}")
+            lines.append(f"  {number}. {step.name} [{step.kind}]{_step_note(step, node.host, plan.cluster, recipe)}")
             lines.append(_indent(format_argv(step.argv), "       "))
         if recipe.engine == "process":
             lines.append("     env:")
@@ -293,7 +407,7 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _step_note(step: Step, host: Host, recipe: Recipe) -> str:
+def _step_note(step: Step, host: Host, cluster: Cluster, recipe: Recipe) -> str:
     notes = []
     if step.secrets:
         # The reference, never the value: `plan` reads no environment.
@@ -301,12 +415,26 @@ def _step_note(step: Step, host: Host, recipe: Recipe) -> str:
         notes.append(f"environment from yours at `up`, through ssh's stdin (no argv): {filled}")
     if step.kind == "local":
         notes.append("on this machine")
-    if step.stdin_from:
+    if step.kind == "send":
+        notes.append(f"on this machine, into {host.name}")
+    if step.after_head:
+        notes.append(f"once the head's {step.after_head} is done")
+    if step.progress:
+        notes.append("progress shown every few seconds")
+    if step.stdin_from and not step.image:
         notes.append(f"input: {shlex.join(step.stdin_from)} (here) | ssh {host.name}")
     if step.skip_if:
         notes.append(f"skipped when `{shlex.join(step.skip_if)}` succeeds")
     if step.skip_if_same:
         notes.append(f"skipped when `{shlex.join(step.skip_if_same)}` prints the same here and there")
+    if step.image and step.stdin_from:
+        notes.append(f"built here: docker save {step.image} (here) | ssh {host.name} docker load, unless the ids match")
+    elif step.image:
+        notes.append(f"when this machine has {step.image}: docker save (here) | ssh {host.name} docker load, unless the ids match")
+        if host != cluster.head:
+            notes.append("else, once the head has it, from the head over the fabric unless the ids match:")
+            notes.append(f"  {shlex.join(image_from_head(cluster, step.image))}")
+        notes.append("else pulled, unless the node has it")
     if step.wait_for_port:
         notes.append(f"next starts once {host.fabric_ip}:{step.wait_for_port} accepts")
     return "".join(f"\n       # {note}" for note in notes)

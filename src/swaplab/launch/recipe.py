@@ -35,6 +35,7 @@ from swaplab.launch.engines import engine_names, get_engine
 from swaplab.launch.spec import (
     ENV_REFERENCE,
     HUB_REPO,
+    HUB_REVISION,
     EnvReference,
     FileCopy,
     Mount,
@@ -47,6 +48,8 @@ from swaplab.launch.tomlfile import Checker, TomlDocument, read_toml
 SHELL_REFERENCE = re.compile(r"\$\{(?!env\.)([A-Za-z_][A-Za-z0-9_]*)\}")
 """`${NAME}` as a shell writes it: in a recipe's [env] a mistake for `${env.NAME}`."""
 
+IMAGE_REFERENCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+"""What docker's references are made of (name, :tag, @digest): nothing a shell would read."""
 DEFAULT_PORT = 30000
 RECIPE_KEYS = (
     "engine", "name", "docker_image", "docker_image_dir", "model", "extra_models", "required_nodes",
@@ -90,7 +93,7 @@ def load_recipe(path: str | Path) -> Recipe:
         for key in CONTAINER_ONLY_KEYS:
             if key in top:
                 checker.fault((key,), f"{key} means nothing to engine = \"process\" (it runs args directly, no container); remove it")
-    docker_image = checker.get(top, (), "docker_image", _as_word, "an image reference", required=uses_docker)
+    docker_image = checker.get(top, (), "docker_image", _as_image, "an image reference such as \"vllm/vllm-openai:v0.11.0\"", required=uses_docker)
     model = checker.get(top, (), "model", _as_word, "a Hugging Face repo id or a path", required=uses_docker)
     image_dir = checker.get(top, (), "docker_image_dir", as_string, "a folder (relative to the recipe's folder)")
     backend = checker.get(top, (), "distributed_backend", _as_backend, "\"mp\" or \"ray\"", default="mp")
@@ -142,7 +145,9 @@ def load_recipe(path: str | Path) -> Recipe:
         container=read_container_table(checker, ("container",), top.get("container", {})),
         readiness=_read_readiness(checker, top.get("readiness", {}), engine),
         drop_caches=checker.get(top, (), "drop_caches", as_boolean, "true or false", default=uses_docker),
-        extra_models=checker.get(top, (), "extra_models", _as_hub_repos, "an array of Hugging Face repo ids", default=()),
+        extra_models=checker.get(
+            top, (), "extra_models", _as_hub_repos, "an array of Hugging Face repo ids (ORG/NAME, or ORG/NAME@REVISION)", default=()
+        ),
         rendezvous_port=checker.get(top, (), "rendezvous_port", as_port, "a port number"),
         pre_serve=_read_pre_serve(checker, document, location.parent, top.get("pre_serve", []), in_container=uses_docker),
         content_hash=hashlib.sha256(json.dumps(document.data, sort_keys=True, default=str).encode()).hexdigest()[:16],
@@ -221,6 +226,13 @@ def _as_word(value: Any) -> str:
     return text
 
 
+def _as_image(value: Any) -> str:
+    text = _as_word(value)
+    if not IMAGE_REFERENCE.match(text):
+        raise ValueError("letters, digits and . _ - / : @ only")
+    return text
+
+
 def _as_command(value: Any) -> tuple[str, ...]:
     words = as_strings(value)
     if not words or not all(words):
@@ -230,9 +242,12 @@ def _as_command(value: Any) -> tuple[str, ...]:
 
 def _as_hub_repos(value: Any) -> tuple[str, ...]:
     repos = as_strings(value)
-    for repo in repos:
+    for text in repos:
+        repo, at, revision = text.partition("@")
         if not HUB_REPO.match(repo):
-            raise ValueError(f"{repo!r} is not ORG/NAME")
+            raise ValueError(f"{text!r} is not ORG/NAME or ORG/NAME@REVISION")
+        if at and not HUB_REVISION.match(revision):
+            raise ValueError(f"{text!r} has no revision after its @ (a branch, tag or commit)")
     return repos
 
 

@@ -6,22 +6,80 @@ types, and this module imports none of them.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from swaplab.errors import SwaplabError
 
-STEP_KINDS = ("local", "prepare", "rank", "check")
+STEP_KINDS = ("local", "prepare", "send", "rank", "check")
 HUB_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 """A Hugging Face repo id, ORG/NAME."""
+HUB_REVISION = re.compile(r"^[\w./-]+$")
+"""A branch, tag or commit of a hub repo, as `--revision` takes it."""
+DRAFT_CONFIG_FLAGS = ("--speculative-config", "--speculative_config")
+"""vLLM's speculative decoding settings, a JSON object whose `model` (and `revision`) name the drafter."""
+DRAFT_PATH_FLAGS = ("--speculative-draft-model-path", "--speculative-draft")
+DRAFT_REVISION_FLAGS = ("--speculative-draft-model-revision",)
+"""SGLang's drafter, by flag."""
 ENV_REFERENCE = re.compile(r"\$\{env\.([A-Za-z_][A-Za-z0-9_]*)\}")
 """`${env.NAME}` in an [env] value: the launching user's NAME, read by `up` (never by `plan`)."""
 
 
 class MissingVariable(SwaplabError):
     """An [env] value reads a variable the launching user's environment does not have."""
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A Hugging Face repo the gang reads, at a revision (None: the repo's default branch)."""
+
+    repo: str
+    revision: str | None = None
+
+    @property
+    def argument(self) -> str:
+        """`REPO` or `REPO@REVISION`: how the download step is given it (a repo id has no `@`)."""
+        return f"{self.repo}@{self.revision}" if self.revision else self.repo
+
+    @classmethod
+    def parse(cls, text: str) -> HubModel:
+        repo, _, revision = text.partition("@")
+        return cls(repo, revision or None)
+
+
+def flag_values(args: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The values of a flag in `args`, `--flag value` and `--flag=value` alike, in order."""
+    values = []
+    for index, argument in enumerate(args):
+        for name in names:
+            if argument == name and index + 1 < len(args):
+                values.append(args[index + 1])
+            elif argument.startswith(name + "="):
+                values.append(argument[len(name) + 1 :])
+    return values
+
+
+def drafters(args: Sequence[str]) -> tuple[HubModel, ...]:
+    """The hub repos named as drafters inside `args`: vLLM's `--speculative-config` JSON
+    (`model`, `revision`) and SGLang's `--speculative-draft-model-path` (and its revision flag).
+    Paths and anything that is not ORG/NAME are read where they are, not fetched."""
+    found = []
+    for text in flag_values(args, DRAFT_CONFIG_FLAGS):
+        try:
+            config = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(config, dict) and isinstance(config.get("model"), str) and HUB_REPO.match(config["model"]):
+            revision = config.get("revision")
+            found.append(HubModel(config["model"], revision if isinstance(revision, str) and revision else None))
+    revisions = flag_values(args, DRAFT_REVISION_FLAGS)
+    for path in flag_values(args, DRAFT_PATH_FLAGS):
+        if HUB_REPO.match(path):
+            found.append(HubModel(path, revisions[0] if revisions else None))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -138,7 +196,8 @@ class Recipe:
     drop_caches: bool = True
     """Drop the page cache on every node before the ranks start (default: on for container engines)."""
     extra_models: tuple[str, ...] = ()
-    """Other hub repos the engine reads (a drafter): downloaded and mirrored like `model`."""
+    """Other hub repos the engine reads, `ORG/NAME` or `ORG/NAME@REVISION`: fetched and copied
+    like `model` (drafters named in `args` are found without being listed here)."""
     rendezvous_port: int | None = None
     """Where ranks meet (vLLM --master-port, SGLang --dist-init-addr, Ray GCS, llama.cpp RPC); None: the engine's default."""
     env_references: tuple[EnvReference, ...] = ()
@@ -181,10 +240,20 @@ class Recipe:
         }
 
     @property
-    def hub_models(self) -> tuple[str, ...]:
-        """The Hugging Face repos the engine loads: `model` (when it names one) and `extra_models`."""
-        models = (self.model,) if self.model and HUB_REPO.match(self.model) else ()
-        return models + self.extra_models
+    def hub_models(self) -> tuple[HubModel, ...]:
+        """The Hugging Face repos the engine loads, each once at its pinned revision: `model`
+        (when it names one; `--revision` in args pins it), the drafters named in `args`, and
+        `extra_models`."""
+        models: list[HubModel] = []
+        if self.model and HUB_REPO.match(self.model):
+            revisions = flag_values(self.args, ("--revision",))
+            models.append(HubModel(self.model, revisions[0] if revisions else None))
+        models += drafters(self.args)
+        models += (HubModel.parse(text) for text in self.extra_models)
+        first: dict[str, HubModel] = {}
+        for model in models:
+            first.setdefault(model.repo, model)
+        return tuple(first.values())
 
     @property
     def offline(self) -> bool:
@@ -199,8 +268,9 @@ class Step:
     name: str
     argv: tuple[str, ...]
     kind: str
-    """"local" (on the launching machine, once), "prepare" (must exit 0 before the ranks),
-    "rank" (a long-running rank process) or "check" (a probe, informational)."""
+    """"local" (on the launching machine, once, before any node's steps), "prepare" (on the
+    node, must exit 0 before the ranks), "send" (on the launching machine, in the node's turn:
+    a copy into the node), "rank" (a long-running rank process) or "check" (a probe, informational)."""
     stdin_from: tuple[str, ...] = ()
     """A local argv whose output is this step's input (`docker save IMAGE | ssh node docker load`)."""
     skip_if: tuple[str, ...] = ()
@@ -214,3 +284,14 @@ class Step:
     secrets: tuple[str, ...] = ()
     """Variables whose values `up` puts into this step's environment without any argv (over
     ssh's stdin): the recipe's `${env.NAME}` keys. The argv names them at most (`-e NAME`)."""
+    after_head: str | None = None
+    """The name of a head (rank 0) step this one waits for: a worker copies the models from the
+    head once the head has them."""
+    image: str | None = None
+    """For the step that brings the recipe's image to a node: the image. `up` copies it from this
+    machine when it has it (`docker save | ssh NODE docker load`), else a worker copies it from
+    the head over the fabric, else the node runs the argv (`docker pull`); in each case only
+    where the node's image id differs. With `stdin_from` (an image built here), only from here."""
+    progress: bool = False
+    """The step prints progress lines ending in a carriage return (rsync's `--info=progress2`):
+    `up` shows them at most every few seconds, and always the last."""

@@ -60,8 +60,10 @@ class Llamacpp:
         return ()
 
     def node_env(self, gang: Gang, rank: int) -> dict[str, str]:
-        """llama.cpp reads no variables of its own here."""
-        return {}
+        """Where `--hf-repo` downloads go: inside the node's cache mount, so they outlive the container."""
+        if gang.hub_mount is None:
+            return {}
+        return {"LLAMA_CACHE": f"{gang.hub_mount.container}/llama.cpp"}
 
     def rank_steps(self, gang: Gang) -> list[tuple[int, Step]]:
         """Workers' rpc-servers first (each listening before the next starts), then the head."""

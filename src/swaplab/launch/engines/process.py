@@ -21,7 +21,8 @@ class Process:
     uses_docker = False
     default_entrypoint: tuple[str, ...] = ()
     replaces_image_entrypoint = False
-    model_is_hub_repo = False
+    # A `model` that is ORG/NAME is fetched and copied like a container engine's; HF_HOME tells the process where.
+    model_is_hub_repo = True
     readiness = Readiness(path=None, ready=(), fatal=(), timeout=120.0)
     reserved_flags: tuple[str, ...] = ()
 
