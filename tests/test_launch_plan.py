@@ -756,6 +756,8 @@ def test_the_head_fetches_pinned_revisions_and_the_drafter_named_only_by_its_fla
     assert download.argv[-2:] == (f"{QWEN}@{QWEN_REVISION}", "lmsys/Qwen3-235B-A22B-EAGLE3@v1.0")
     assert values_of(download.argv, "-v") == ["~/.cache/huggingface:/root/.cache/huggingface"]
     assert download.secrets == ("HF_TOKEN",)
+    # Labelled as the gang's containers are, so `down` stops one an interrupted `up` left running.
+    assert values_of(download.argv, "--label") == [f"{key}={value}" for key, value in plan.labels.items()]
     assert not any(step.name.startswith("copy ") for step in plan.nodes[0].steps)
     for node in plan.nodes[1:]:
         names = [step.name for step in node.steps]

@@ -168,7 +168,7 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
     )
     # Every rank process gets the secrets in its environment (the docker client, for containers).
     ordered = tuple((rank, replace(step, secrets=recipe.secret_keys)) for rank, step in engine.rank_steps(gang))
-    model_steps = _model_steps(recipe, cluster, hosts, models, hubs, hub_mount)
+    model_steps = _model_steps(recipe, cluster, hosts, models, hubs, hub_mount, labels)
     nodes = []
     for rank, host in enumerate(hosts):
         steps: list[Step] = []
@@ -216,7 +216,7 @@ def image_from_head(cluster: Cluster, image: str) -> tuple[str, ...]:
 
 def _model_steps(
     recipe: Recipe, cluster: Cluster, hosts: Sequence[Host], models: Sequence[HubModel],
-    hubs: Sequence[str], hub_mount: Mount | None,
+    hubs: Sequence[str], hub_mount: Mount | None, labels: Mapping[str, str],
 ) -> list[list[Step]]:
     """Each rank's steps that bring the recipe's hub repos to its node: one download (on the head,
     or here), then copies to the nodes that do not share the hub, then the per-node mirrors."""
@@ -235,7 +235,7 @@ def _model_steps(
                     kind="send", ssh=_rsync_ssh(cluster, hosts[rank]),
                 )
     else:
-        steps[0].append(_download_on_head(recipe, hubs[0], models, hub_mount))
+        steps[0].append(_download_on_head(recipe, hubs[0], models, hub_mount, labels))
         if not cluster.shares_hub:
             for rank in workers:
                 for model in models:
@@ -255,7 +255,9 @@ def _model_steps(
     return steps
 
 
-def _download_on_head(recipe: Recipe, hub: str, models: Sequence[HubModel], mount: Mount | None) -> Step:
+def _download_on_head(
+    recipe: Recipe, hub: str, models: Sequence[HubModel], mount: Mount | None, labels: Mapping[str, str]
+) -> Step:
     """Fetch the models into the head's hub: in the recipe's image (which has huggingface_hub)
     with the hub mounted as the ranks mount it, or for engine "process" with the head's python3.
     With HF_HUB_OFFLINE in [env] it fetches nothing: it proves the hub has them, before any rank."""
@@ -265,7 +267,12 @@ def _download_on_head(recipe: Recipe, hub: str, models: Sequence[HubModel], moun
             DOWNLOAD_STEP, ("env", f"HF_HOME={hub}", "python3", "-c", DOWNLOAD_SCRIPT, *arguments), "prepare",
             secrets=recipe.secret_keys, progress=True,
         )
-    argv = ["docker", "run", "--rm", "--network", "host", "-e", f"HF_HOME={mount.container}"]
+    argv = ["docker", "run", "--rm"]
+    # The gang's labels: an `up` stopped mid-download leaves a container that `down` (or the
+    # next `up`) finds and stops with the ranks'.
+    for key, value in labels.items():
+        argv += ["--label", f"{key}={value}"]
+    argv += ["--network", "host", "-e", f"HF_HOME={mount.container}"]
     for key, value in recipe.env.items():
         argv += ["-e", key if key in recipe.secret_keys else f"{key}={value}"]
     # A helper, not a rank: it replaces the image's entrypoint whatever the recipe says, since
