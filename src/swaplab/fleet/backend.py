@@ -64,6 +64,32 @@ class State(enum.StrEnum):
     WAKING = "waking"
     """The wake calls and the readiness check are under way: it holds the GPU again."""
 
+    @property
+    def arriving(self) -> bool:
+        """On its way to ready, holding the GPU: starting, or waking from sleep."""
+        return self in (State.STARTING, State.WAKING)
+
+    @property
+    def leaving(self) -> bool:
+        """On its way off the GPU, still holding it: stopping, or falling asleep."""
+        return self in (State.STOPPING, State.FALLING_ASLEEP)
+
+    @property
+    def holds_gpu(self) -> bool:
+        """Its process holds (or is taking, or still leaving) the GPU: any state but stopped and asleep."""
+        return self not in (State.STOPPED, State.SLEEPING)
+
+    @property
+    def serving(self) -> bool:
+        """Ready, or about to be: what a listing calls loaded and a selector calls warm."""
+        return self is State.READY or self.arriving
+
+    @property
+    def as_placement(self) -> State:
+        """The state the placement decision reads (it knows starting and stopping, not sleep):
+        a model falling asleep is leaving, one waking is arriving."""
+        return State.STOPPING if self.leaving else State.STARTING if self.arriving else self
+
 
 class Backend:
     """Owns one model's server process. Only the fleet calls `start` and `stop`."""

@@ -81,10 +81,6 @@ STOP_SHUTDOWN = "the router is shutting down"
 STOP_TTL = "idle for its ttl"
 STOP_HOST_MEMORY = "the host memory budget needs its RAM for a newer sleeper"
 
-# What the placement decision reads for each state of a backend that holds its GPU: a
-# model falling asleep is leaving, one waking is arriving.
-PLACEMENT_STATE = {State.FALLING_ASLEEP: str(State.STOPPING), State.WAKING: str(State.STARTING)}
-LEAVING = (State.STOPPING, State.FALLING_ASLEEP)
 
 
 @dataclass(eq=False)
@@ -317,7 +313,7 @@ class Fleet:
                 if not self._overdue_conflict(waiter.model, now, waiter.since):
                     self._admit(waiter, backend)
                 continue
-            if backend.state not in (State.STOPPED, State.SLEEPING):
+            if backend.state.holds_gpu:
                 continue  # starting, stopping, falling asleep or waking: its next change reschedules
             if backend.state is State.SLEEPING and waiter.model in self._outdated:
                 continue  # a reload changed it: its old process stops, then the new entry starts
@@ -392,7 +388,7 @@ class Fleet:
         elif placement.action == "wait":
             if self._waiting_reason.get(backend.id) != placement.reason:
                 # Waiting for the models just evicted to finish stopping is routine.
-                routine = all(self._backends[m].state in LEAVING for m in placement.blocking)
+                routine = all(self._backends[m].state.leaving for m in placement.blocking)
                 log.log(logging.DEBUG if routine else logging.INFO, "%s", placement.reason)
             self._waiting_reason[backend.id] = placement.reason
             if placement.short_devices:
@@ -408,10 +404,10 @@ class Fleet:
         A sleeping model holds none: it is not among them.
         """
         return [
-            Resident(b.id, PLACEMENT_STATE.get(b.state, str(b.state)), busy=busy(b.id),
+            Resident(b.id, str(b.state.as_placement), busy=busy(b.id),
                      last_used=self._last_used.get(b.id, 0.0))
             for b in self._backends.values()
-            if b.state not in (State.STOPPED, State.SLEEPING)
+            if b.state.holds_gpu
         ]
 
     # -- sleep: how a model leaves the GPU -----------------------------------------

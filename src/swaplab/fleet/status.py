@@ -39,7 +39,7 @@ def backend_entry(
         "queued": queued,
         "devices": _claim_json(claim),
     }
-    if backend.state in (State.STOPPED, State.SLEEPING) and queued and waiting is not None:
+    if not backend.state.holds_gpu and queued and waiting is not None:
         entry["waiting"] = waiting
     if backend.start_seconds is not None:
         entry["start_seconds"] = round(backend.start_seconds, 3)

@@ -175,7 +175,7 @@ def _selector_status(
         resolved = resolve(config, target)
         if isinstance(resolved, LocalTarget):
             state = state_of(resolved.model_id)
-            if state in (State.READY, State.STARTING, State.WAKING):
+            if state.serving:
                 return status_of(str(state), loaded=True)
         if strategy == "pin":
             break

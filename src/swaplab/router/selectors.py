@@ -35,7 +35,7 @@ class Candidate:
     """The local model's state; None for a peer's model."""
 
 
-WARMTH = ((State.READY,), (State.STARTING, State.WAKING), (State.SLEEPING,))
+WARMTH = ((State.READY,), tuple(state for state in State if state.arriving), (State.SLEEPING,))
 """What `warm` prefers, best first: ready, then on its way (starting, waking), then asleep (a
 wake takes seconds where a cold start takes minutes)."""
 
@@ -69,9 +69,9 @@ def choose_spillover(
         held = reserved.get(candidate.key, 0)
         if candidate.state is None:
             (active if held > 0 else cold).append(candidate)
-        elif candidate.state in (State.STOPPING, State.FALLING_ASLEEP):
+        elif candidate.state.leaving:
             continue
-        elif candidate.state in (State.READY, State.STARTING, State.WAKING) or held > 0:
+        elif candidate.state.serving or held > 0:
             active.append(candidate)
         else:
             cold.append(candidate)
