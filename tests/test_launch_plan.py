@@ -856,3 +856,15 @@ def test_golden_llamacpp_rpc_gets_a_cache_mount_for_its_downloads():
 ])
 def test_drafters_are_found_inside_json_and_flag_arguments(args, found):
     assert [(model.repo, model.revision) for model in drafters(args)] == found
+
+
+def test_a_changed_mod_is_a_changed_recipe_with_its_own_run_id(tmp_path):
+    folder = tmp_path / "qwen-pre-serve"
+    shutil.copytree(FIXTURES / "qwen-pre-serve", folder)
+    before = load_recipe(folder)
+    mod = next(path for path in (folder / "mods").iterdir() if path.is_file())
+    mod.write_text(mod.read_text() + "\n# one more line\n")
+    after = load_recipe(folder)
+    assert after.digest() != before.digest()
+    cluster = get_cluster(CLUSTERS, "ds4")
+    assert default_run_id(after, cluster) != default_run_id(before, cluster)

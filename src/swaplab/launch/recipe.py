@@ -109,6 +109,7 @@ def load_recipe(path: str | Path) -> Recipe:
         if mount.env and mount.env in env:
             checker.fault(("extra_mounts", index, "env"), f"{mount.env} is set by this mount and by [env] too; keep one")
     args = checker.get(top, (), "args", _as_arguments, "an array of strings", default=())
+    hooks = _read_pre_serve(checker, document, location.parent, top.get("pre_serve", []), in_container=uses_docker)
     faults_before = len(checker.findings.faults)
     layout = {key: checker.get(top, (), key, as_positive_integer, expected, default=1) for key, expected in LAYOUT_KEYS.items()}
     layout_readable = len(checker.findings.faults) == faults_before
@@ -149,8 +150,8 @@ def load_recipe(path: str | Path) -> Recipe:
             top, (), "extra_models", _as_hub_repos, "an array of Hugging Face repo ids (ORG/NAME, or ORG/NAME@REVISION)", default=()
         ),
         rendezvous_port=checker.get(top, (), "rendezvous_port", as_port, "a port number"),
-        pre_serve=_read_pre_serve(checker, document, location.parent, top.get("pre_serve", []), in_container=uses_docker),
-        content_hash=hashlib.sha256(json.dumps(document.data, sort_keys=True, default=str).encode()).hexdigest()[:16],
+        pre_serve=hooks,
+        content_hash=_content_hash(document, hooks),
     )
     if not recipe.name:
         recipe = replace(recipe, name=recipe.slug)
@@ -168,6 +169,16 @@ def load_recipe(path: str | Path) -> Recipe:
             checker.fault((next((key for key in keys if key in top), "required_nodes"),), fault)
     checker.raise_faults()
     return recipe
+
+
+def _content_hash(document: TomlDocument, hooks: tuple[PreServeHook, ...]) -> str:
+    """The recipe's values (comments do not count) and the content of every file its hooks copy:
+    a changed mod is a changed recipe, with its own run id."""
+    digest = hashlib.sha256(json.dumps(document.data, sort_keys=True, default=str).encode())
+    for hook in hooks:
+        for copy in hook.copies:
+            digest.update(b"\0" + hashlib.sha256(copy.source.read_bytes()).digest())
+    return digest.hexdigest()[:16]
 
 
 def normalize_argument(text: str) -> str:
