@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import os
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -180,6 +181,50 @@ run = 'echo "hub on rank {rank}: $(ls "$HF_HOME/hub" | tr "\\n" " ")"'
     assert_nothing_left(gang)
     assert not surviving(gang_processes(gang.slug))
 
+
+
+def test_the_head_fetches_and_the_worker_copies_from_it_over_the_fabric(gang, tmp_path):
+    # download = "head", the default: the head resolves the repo in its own cache (offline: the
+    # cache already holds what a download would have fetched), then the worker pulls it from the
+    # head's fabric address with rsync over ssh, run on the worker.
+    nodes = {"127.0.0.1": tmp_path / "node-a", "127.0.0.2": tmp_path / "node-b"}
+    blobs = make_hub_repo(nodes["127.0.0.1"], MODEL, {
+        "config.json": b'{"architectures": ["TinyForCausalLM"]}\n',
+        "model.safetensors": os.urandom(2 << 20),
+    }, "main")
+    # The head's Python with huggingface_hub: this test run's (the nodes are this machine).
+    text = gang.clusters.read_text().replace(f"[clusters.{CLUSTER}]\n", f'[clusters.{CLUSTER}]\npython = "{sys.executable}"\n')
+    gang.clusters.write_text(text + "".join(
+        f'\n[hosts."{address}"]\nhf_cache_dir = "{folder}"\n' for address, folder in nodes.items()
+    ))
+    path = gang.recipe([psutil.Process().exe(), "-c", READING_RANK, *sim_args()], model=MODEL, ready=["listening on"])
+    path.write_text(path.read_text() + '\n[env]\nHF_HUB_OFFLINE = "1"\n')
+
+    up = gang.launch("up")
+    assert up.returncode == 0, up.stderr
+    first = up.stdout + up.stderr
+    assert "download-models on 127.0.0.1: env HF_HOME=" in first
+    assert f"[rank 0 download-models] {nodes['127.0.0.1']}/hub/models--tiny-org--tiny-model/snapshots/" in first
+    assert f"copy {MODEL} on 127.0.0.2: rsync" in first and f"127.0.0.1:{nodes['127.0.0.1']}/hub/" in first
+    for blob in blobs:
+        assert f"[rank 1 copy {MODEL}] {blob}" in first
+        assert f"[rank 0 copy {MODEL}] {blob}" not in first  # the head has it: nothing copies to it
+    copied = blob_files(nodes["127.0.0.2"])
+    assert {name: content for name, (_, _, content) in copied.items()} == {
+        name: content for name, (_, _, content) in blob_files(nodes["127.0.0.1"]).items()
+    }
+    logs = gang.launch("logs")
+    assert f'[rank 1] rank read config: {{"architectures": ["TinyForCausalLM"]}} from {nodes["127.0.0.2"]}' in logs.stdout
+    assert gang.launch("down").returncode == 0
+
+    up = gang.launch("up")
+    assert up.returncode == 0, up.stderr
+    second = up.stdout + up.stderr
+    assert f"[rank 1 copy {MODEL}]" in second  # it ran, and sent nothing
+    assert not any(blob in second for blob in blobs)
+    assert blob_files(nodes["127.0.0.2"]) == copied
+    assert gang.launch("down").returncode == 0
+    assert_nothing_left(gang)
 
 # --- a worker's copy waits for the head's download; a failure stops every node ----------------
 

@@ -8,6 +8,7 @@ hf_cache_shared = true                     # optional: that folder is one disk e
 local_cache_dir = "/var/cache/hf"          # optional: mirror the recipe's models here per node (implies shared)
 download = "head"                          # optional: where the models are fetched, once: "head" or "here"
 download_dir = "~/.cache/huggingface"      # optional, for download = "here": this machine's HF_HOME
+python = "python3"                         # optional: the head's Python with huggingface_hub (engine = "process")
 ssh_options = ["ConnectTimeout=10"]        # optional extra `ssh -o` options
 hosts = [{ name = "dgx3", fabric_ip = "192.168.100.3" },
          { name = "dgx4", fabric_ip = "192.168.100.4", ssh_port = 2222 }]   # head first
@@ -47,8 +48,8 @@ from swaplab.launch.spec import ContainerOptions
 from swaplab.launch.tomlfile import Checker, read_toml
 
 CLUSTER_KEYS = (
-    "user", "hf_cache_dir", "hf_cache_shared", "local_cache_dir", "download", "download_dir", "ssh_options", "hosts",
-    "rdma", "container",
+    "user", "hf_cache_dir", "hf_cache_shared", "local_cache_dir", "download", "download_dir", "python", "ssh_options",
+    "hosts", "rdma", "container",
 )
 HOST_KEYS = ("name", "fabric_ip", "ssh_port")
 HOST_TABLE_KEYS = ("nccl", "hf_cache_dir")
@@ -108,6 +109,9 @@ class Cluster:
     nodes over the fabric) or "here" (the launching machine's download_dir, then copied to every node)."""
     download_dir: str = DEFAULT_HF_CACHE
     """This machine's Hugging Face cache, for download = "here"."""
+    python: str = "python3"
+    """The Python the head runs the download with for engine = "process" (container engines use
+    the image's): one with huggingface_hub, such as a venv's."""
     host_hf_cache_dir: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Each host's own `[hosts.NAME] hf_cache_dir`, by host name."""
 
@@ -224,6 +228,7 @@ def _read_cluster(checker: Checker, name: str, value: Any, nccl: Any) -> Cluster
         download_dir=checker.get(
             table, where, "download_dir", _as_directory, "an absolute path or one starting with ~/", default=DEFAULT_HF_CACHE
         ),
+        python=checker.get(table, where, "python", _as_program, "a program name or path, such as \"~/venv/bin/python\"", default="python3"),
         local_cache_dir=checker.get(table, where, "local_cache_dir", _as_directory, "an absolute path or one starting with ~/"),
         ssh_options=checker.get(table, where, "ssh_options", _as_ssh_options, "an array of OPTION=VALUE strings", default=()),
         hosts=tuple(hosts),
@@ -378,6 +383,13 @@ def _as_directory(value: Any) -> str:
     if not (text.startswith(("/", "~/")) or text == "~"):
         raise ValueError("relative paths would depend on where ssh lands")
     return text.rstrip("/") or "/"
+
+
+def _as_program(value: Any) -> str:
+    text = as_string(value)
+    if not text or text != text.strip() or any(character.isspace() for character in text):
+        raise ValueError("one word: a program on PATH, or a path")
+    return text
 
 
 def _as_download_place(value: Any) -> str:

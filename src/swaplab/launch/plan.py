@@ -235,7 +235,7 @@ def _model_steps(
                     kind="send", ssh=_rsync_ssh(cluster, hosts[rank]),
                 )
     else:
-        steps[0].append(_download_on_head(recipe, hubs[0], models, hub_mount, labels))
+        steps[0].append(_download_on_head(recipe, cluster, hubs[0], models, hub_mount, labels))
         if not cluster.shares_hub:
             for rank in workers:
                 for model in models:
@@ -256,15 +256,15 @@ def _model_steps(
 
 
 def _download_on_head(
-    recipe: Recipe, hub: str, models: Sequence[HubModel], mount: Mount | None, labels: Mapping[str, str]
+    recipe: Recipe, cluster: Cluster, hub: str, models: Sequence[HubModel], mount: Mount | None, labels: Mapping[str, str]
 ) -> Step:
     """Fetch the models into the head's hub: in the recipe's image (which has huggingface_hub)
-    with the hub mounted as the ranks mount it, or for engine "process" with the head's python3.
+    with the hub mounted as the ranks mount it, or for engine "process" with the cluster's `python`.
     With HF_HUB_OFFLINE in [env] it fetches nothing: it proves the hub has them, before any rank."""
     arguments = [model.argument for model in models]
     if mount is None:
         return Step(
-            DOWNLOAD_STEP, ("env", f"HF_HOME={hub}", "python3", "-c", DOWNLOAD_SCRIPT, *arguments), "prepare",
+            DOWNLOAD_STEP, ("env", f"HF_HOME={hub}", cluster.python, "-c", DOWNLOAD_SCRIPT, *arguments), "prepare",
             secrets=recipe.secret_keys, progress=True,
         )
     argv = ["docker", "run", "--rm"]
