@@ -306,16 +306,25 @@ def test_progress_updates_are_thinned_out_but_lines_and_the_last_update_always_s
 def test_doctor_checks_what_copying_the_models_needs(gang, tmp_path):
     nodes = {"127.0.0.1": tmp_path / "node-a", "127.0.0.2": tmp_path / "node-b"}
     # download = "head" (the default), each node its own cache: the worker copies from the head.
-    gang.clusters.write_text(gang.clusters.read_text() + "".join(
-        f'\n[hosts."{address}"]\nhf_cache_dir = "{folder}"\n' for address, folder in nodes.items()
-    ))
+    # First with a head Python that does not exist: the one failure, with its fix.
+    original = gang.clusters.read_text()
+    header = f"[clusters.{CLUSTER}]\n"
+    hosts = "".join(f'\n[hosts."{address}"]\nhf_cache_dir = "{folder}"\n' for address, folder in nodes.items())
+    gang.clusters.write_text(original.replace(header, header + f'python = "{tmp_path}/no-python"\n') + hosts)
     gang.recipe(sim_args(), model=MODEL)
+    doctor = gang.launch("doctor")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    failed = [line for line in doctor.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and f"{tmp_path}/no-python cannot import huggingface_hub" in failed[0], doctor.stdout
+    assert "set python in the clusters file to a Python that has it" in doctor.stdout
+    gang.clusters.write_text(original.replace(header, header + f'python = "{sys.executable}"\n') + hosts)
     doctor = gang.launch("doctor")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     lines = doctor.stdout.splitlines()
     assert any("127.0.0.2" in line and "reaches the head at 127.0.0.1 over ssh" in line for line in lines), doctor.stdout
     assert sum("rsync /usr/bin/rsync" in line for line in lines) == 2, doctor.stdout
     assert any("127.0.0.2" in line and "not in its cache yet (`up` copies it from the head)" in line for line in lines), doctor.stdout
+    assert f"{sys.executable} has huggingface_hub (the download runs there)" in doctor.stdout
 
     # Here instead: huggingface_hub is needed on this machine, and every node receives.
     text = gang.clusters.read_text().replace(f"[clusters.{CLUSTER}]\n", f'[clusters.{CLUSTER}]\ndownload = "here"\n')

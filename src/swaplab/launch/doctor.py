@@ -469,10 +469,22 @@ async def _copy_findings(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple
         )
         if shutil.which("rsync") is None:
             findings.append(Finding("here", "copy", False, "rsync is missing here", "install rsync (apt-get install rsync)"))
+    head = next(((host, target) for host, target in nodes if host == cluster.head), None)
+    workers = [(host, target) for host, target in nodes if host != cluster.head]
+    if cluster.download == "head" and head is not None and not get_engine(recipe.engine).uses_docker:
+        # engine = "process" has no image to fetch with: the head's own Python does it.
+        head_host, head_target = head
+        found = await remote.run(head_target, [cluster.python, "-c", "import huggingface_hub"])
+        findings.append(
+            Finding(head_host.name, "copy", True, f"{cluster.python} has huggingface_hub (the download runs there)")
+            if found.ok else
+            Finding(head_host.name, "copy", False, f"{cluster.python} cannot import huggingface_hub: {_last_line(found.stderr) or 'no message'}",
+                    f"install huggingface_hub for it on {head_host.name}, or set python in the clusters file to a Python that has it")
+        )
     if not copies:
         return findings
     # Into every node, or into the shared cache through the head; a head copied from runs rsync too.
-    receivers = nodes[:1] if cluster.download == "here" and cluster.shares_hub else nodes
+    receivers = ([head] if head else []) if cluster.download == "here" and cluster.shares_hub else nodes
     present = await asyncio.gather(*(remote.run(target, ["sh", "-c", "command -v rsync"]) for _, target in receivers))
     for (host, _), result in zip(receivers, present, strict=True):
         findings.append(
@@ -480,15 +492,14 @@ async def _copy_findings(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple
             Finding(host.name, "copy", False, "rsync is missing (the models are copied with it)", "install rsync on the node")
         )
     if cluster.download == "head":
-        head = cluster.head
-        probe = [*fabric_ssh(cluster, head), "-o", "ConnectTimeout=10", head.fabric_ip, "true"]
-        workers = nodes[1:]
+        address = cluster.head.fabric_ip
+        probe = [*fabric_ssh(cluster, cluster.head), "-o", "ConnectTimeout=10", address, "true"]
         reached = await asyncio.gather(*(remote.run(target, probe) for _, target in workers))
         for (host, _), result in zip(workers, reached, strict=True):
-            detail = f"reaches the head at {head.fabric_ip} over ssh (the models are copied from it)"
+            detail = f"reaches the head at {address} over ssh (the models are copied from it)"
             findings.append(Finding(host.name, "copy", True, detail) if result.ok else Finding(
-                host.name, "copy", False, f"cannot reach the head at {head.fabric_ip} over ssh: {_last_line(result.stderr) or 'no message'}",
-                f"authorize {host.name}'s key on the head (on {host.name}: `ssh-copy-id {head.fabric_ip}`), "
+                host.name, "copy", False, f"cannot reach the head at {address} over ssh: {_last_line(result.stderr) or 'no message'}",
+                f"authorize {host.name}'s key on the head (on {host.name}: `ssh-copy-id {address}`), "
                 "or set download = \"here\" in the clusters file",
             ))
     return findings
