@@ -226,6 +226,26 @@ def test_the_head_fetches_and_the_worker_copies_from_it_over_the_fabric(gang, tm
     assert gang.launch("down").returncode == 0
     assert_nothing_left(gang)
 
+
+PRINTING_RANK = """
+import os, sys
+print("rank env:", os.environ["HF_HOME"], os.environ["WHERE"], flush=True)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_a_process_ranks_env_starting_with_home_is_its_nodes_home(gang):
+    # The default cache, ~/.cache/huggingface, reaches a process rank as a real path, as ~/ in a command does.
+    path = gang.recipe([psutil.Process().exe(), "-c", PRINTING_RANK, *sim_args()], ready=["listening on"])
+    path.write_text(path.read_text() + '\n[env]\nHF_HOME = "~/.cache/huggingface"\nWHERE = "~/elsewhere"\n')
+    up = gang.launch("up")
+    assert up.returncode == 0, up.stderr
+    logs = gang.launch("logs").stdout
+    for rank in (0, 1):
+        assert f"[rank {rank}] rank env: {Path.home()}/.cache/huggingface {Path.home()}/elsewhere" in logs, logs
+    assert gang.launch("down").returncode == 0
+    assert_nothing_left(gang)
+
 # --- a worker's copy waits for the head's download; a failure stops every node ----------------
 
 

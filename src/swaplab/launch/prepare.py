@@ -11,7 +11,7 @@ import os
 import shlex
 import sys
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,9 +59,8 @@ async def prepare(plan: Plan, observer: Observer, secrets: Mapping[str, str] | N
             raise error
 
 
-async def node_home(target: SshTarget, steps: Sequence[Step]) -> str:
-    """The node user's home, asked only when a step has a `~/` to expand."""
-    words = [word for step in steps for word in (*step.argv, *step.skip_if)]
+async def node_home(target: SshTarget, words: Iterable[str]) -> str:
+    """The node user's home, asked only when one of `words` has a `~/` to expand."""
     if not any(word == "~" or word.startswith("~/") for word in words):
         return "~"
     return (await remote.check(target, ["printenv", "HOME"], what="reading $HOME")).strip()
@@ -124,7 +123,7 @@ async def _prepare_node(
     plan: Plan, node: NodePlan, observer: Observer, secrets: Mapping[str, str], head_done: Mapping[str, asyncio.Event]
 ) -> None:
     target = remote.target_for(plan.cluster, node.host)
-    home = await node_home(target, node.steps)
+    home = await node_home(target, [word for step in node.steps for word in (*step.argv, *step.skip_if)])
     for step in node.steps:
         if step.kind not in ("prepare", "send"):
             continue

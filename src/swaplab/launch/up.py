@@ -123,13 +123,16 @@ class _Run:
         members = members_of(plan, record.start_id)
         homes: dict[str, str] = {}
         for index, member in enumerate(members):
-            if member.node.host.name not in homes:
-                homes[member.node.host.name] = await node_home(member.target, [member.step])
-            argv = expand_home(member.step.argv, homes[member.node.host.name])
+            env = rank_env(plan, record.start_id, member.node)
+            host = member.node.host.name
+            if homes.get(host, "~") == "~":
+                homes[host] = await node_home(member.target, [*member.step.argv, *env.values()])
+            # A value that starts with ~/ (a process rank's HF_HOME) is the node's home, as in a command.
+            argv = expand_home(member.step.argv, homes[host])
+            env = dict(zip(env, expand_home(tuple(env.values()), homes[host]), strict=True))
             self.observer.message(f"starting {member.title}: {shlex.join(argv)}")
             pid = await remote.start_detached(
-                member.target, member.directory, argv, rank_env(plan, record.start_id, member.node),
-                {key: self.secrets[key] for key in member.step.secrets},
+                member.target, member.directory, argv, env, {key: self.secrets[key] for key in member.step.secrets},
             )
             record.ranks.append(state.RankRecord(
                 name=member.name, rank=member.rank, host=member.node.host.name, step=member.step.name,
