@@ -519,6 +519,7 @@ class Violation:
 class Figures:
     requests: Counter = field(default_factory=Counter)  # ok, clean, violation, disconnected, shutdown
     requests_by_model: Counter = field(default_factory=Counter)
+    ok_by_model: Counter = field(default_factory=Counter)
     clean: Counter = field(default_factory=Counter)
     clean_examples: dict[str, str] = field(default_factory=dict)
     faults: Counter = field(default_factory=Counter)
@@ -773,6 +774,7 @@ class Soak:
                            f"{'stream' if call.stream else 'non-stream'} sent t={call.sent:.2f}s, "
                            f"ended t={ended:.2f}s, HTTP {reply.status}: {verdict.message[:400]}")
         else:
+            self.figures.ok_by_model[call.model] += 1
             self.figures.success_latency.append(ended - call.sent)
             if call.stream and call.first_byte is not None:
                 self.latency_pending.append(call)  # judged once the monitor has looked again
@@ -1234,6 +1236,7 @@ class Soak:
                 "requests": dict(figures.requests), "clean_errors": dict(figures.clean),
                 "clean_error_examples": figures.clean_examples,
                 "requests_by_model": dict(figures.requests_by_model),
+                "ok_by_model": dict(figures.ok_by_model),
                 "faults": {kind: figures.faults[kind] for kind in FAULT_KINDS},
                 "injected": dict(figures.injected), "starts": dict(figures.starts),
                 "swap_group": {"requests": self.swap_requests, "swaps": self.swap_switches,
