@@ -22,14 +22,13 @@ import sshd as loopback
 from sshd import CLUSTER, sim_args
 
 from swaplab.launch import fabric
-from swaplab.launch.doctor import (
-    GIB,
+from swaplab.launch.doctor import sudo_finding, sudoers_line
+from swaplab.launch.findings import GIB
+from swaplab.launch.payload import (
     MIN_FREE_DISK_BYTES,
     disk_finding,
     entrypoint_finding,
     serves_itself,
-    sudo_finding,
-    sudoers_line,
 )
 from swaplab.launch.recipe import load_recipe
 from swaplab.launch.remote import SshTarget

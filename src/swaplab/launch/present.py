@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from swaplab.launch.cluster import Host
-from swaplab.launch.doctor import Finding
+from swaplab.launch.findings import Finding
 from swaplab.launch.output import Observer
 from swaplab.launch.status import GangStatus
 
