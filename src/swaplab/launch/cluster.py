@@ -228,7 +228,7 @@ def _read_cluster(checker: Checker, name: str, value: Any, nccl: Any) -> Cluster
         download_dir=checker.get(
             table, where, "download_dir", _as_directory, "an absolute path or one starting with ~/", default=DEFAULT_HF_CACHE
         ),
-        python=checker.get(table, where, "python", _as_program, "a program name or path, such as \"~/venv/bin/python\"", default="python3"),
+        python=checker.get(table, where, "python", as_word, "a program name or path, such as \"~/venv/bin/python\"", default="python3"),
         local_cache_dir=checker.get(table, where, "local_cache_dir", _as_directory, "an absolute path or one starting with ~/"),
         ssh_options=checker.get(table, where, "ssh_options", _as_ssh_options, "an array of OPTION=VALUE strings", default=()),
         hosts=tuple(hosts),
@@ -385,10 +385,11 @@ def _as_directory(value: Any) -> str:
     return text.rstrip("/") or "/"
 
 
-def _as_program(value: Any) -> str:
+def as_word(value: Any) -> str:
+    """A string that is one word: no spaces, nothing empty (recipes' images and models too)."""
     text = as_string(value)
     if not text or text != text.strip() or any(character.isspace() for character in text):
-        raise ValueError("one word: a program on PATH, or a path")
+        raise ValueError("it must be one word without spaces")
     return text
 
 

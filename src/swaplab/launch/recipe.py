@@ -29,7 +29,12 @@ from swaplab.config.reader import (
     as_strings,
     describe,
 )
-from swaplab.launch.cluster import ENV_NAME, read_container_table, read_env_table
+from swaplab.launch.cluster import (
+    ENV_NAME,
+    as_word,
+    read_container_table,
+    read_env_table,
+)
 from swaplab.launch.engine import Engine, argument_faults, layout_fault
 from swaplab.launch.engines import engine_names, get_engine
 from swaplab.launch.spec import (
@@ -94,7 +99,7 @@ def load_recipe(path: str | Path) -> Recipe:
             if key in top:
                 checker.fault((key,), f"{key} means nothing to engine = \"process\" (it runs args directly, no container); remove it")
     docker_image = checker.get(top, (), "docker_image", _as_image, "an image reference such as \"vllm/vllm-openai:v0.11.0\"", required=uses_docker)
-    model = checker.get(top, (), "model", _as_word, "a Hugging Face repo id or a path", required=uses_docker)
+    model = checker.get(top, (), "model", as_word, "a Hugging Face repo id or a path", required=uses_docker)
     image_dir = checker.get(top, (), "docker_image_dir", as_string, "a folder (relative to the recipe's folder)")
     backend = checker.get(top, (), "distributed_backend", _as_backend, "\"mp\" or \"ray\"", default="mp")
     env = read_env_table(checker, ("env",), top.get("env", {}))
@@ -129,7 +134,7 @@ def load_recipe(path: str | Path) -> Recipe:
         data_parallel_size=layout["data_parallel_size"],
         gpus_per_node=layout["gpus_per_node"],
         distributed_backend=backend,
-        shm_size=checker.get(top, (), "shm_size", _as_word, "a size such as \"32gb\""),
+        shm_size=checker.get(top, (), "shm_size", as_word, "a size such as \"32gb\""),
         entrypoint=checker.get(top, (), "entrypoint", _as_command, "a command as an array of words", default=()),
         replace_image_entrypoint=checker.get(
             top, (), "replace_image_entrypoint", as_boolean, "true or false",
@@ -230,15 +235,8 @@ def _as_backend(value: Any) -> str:
     return text
 
 
-def _as_word(value: Any) -> str:
-    text = as_string(value)
-    if not text or text != text.strip() or any(character.isspace() for character in text):
-        raise ValueError("it must be one word without spaces")
-    return text
-
-
 def _as_image(value: Any) -> str:
-    text = _as_word(value)
+    text = as_word(value)
     if not IMAGE_REFERENCE.match(text):
         raise ValueError("letters, digits and . _ - / : @ only")
     return text
