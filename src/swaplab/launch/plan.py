@@ -223,7 +223,6 @@ def _model_steps(
     steps: list[list[Step]] = [[] for _ in hosts]
     if not models:
         return steps
-    workers = range(1, len(hosts))
     if cluster.download == "here":
         steps[0].append(_download_here(recipe, cluster, models))
         # Into every node's hub, or into the one hub every node sees (through the head).
@@ -231,13 +230,13 @@ def _model_steps(
             for model in models:
                 steps[rank] += _copy_steps(
                     model, hub_folder(cluster.download_dir, model.repo),
-                    f"{_remote_path(hosts[rank].name, hub_folder(hubs[rank], model.repo))}",
+                    _remote_path(hosts[rank].name, hub_folder(hubs[rank], model.repo)),
                     kind="send", ssh=_rsync_ssh(cluster, hosts[rank]),
                 )
     else:
         steps[0].append(_download_on_head(recipe, cluster, hubs[0], models, hub_mount, labels))
         if not cluster.shares_hub:
-            for rank in workers:
+            for rank in range(1, len(hosts)):
                 for model in models:
                     steps[rank] += _copy_steps(
                         model, _remote_path(hosts[0].fabric_ip, hub_folder(hubs[0], model.repo)),
