@@ -22,14 +22,17 @@ import sshd as loopback
 from sshd import CLUSTER, sim_args
 
 from swaplab.launch import fabric
+from swaplab.launch.cluster import get_cluster
 from swaplab.launch.doctor import sudo_finding, sudoers_line
 from swaplab.launch.findings import GIB
 from swaplab.launch.payload import (
     MIN_FREE_DISK_BYTES,
+    _arrival,
     disk_finding,
     entrypoint_finding,
     serves_itself,
 )
+from swaplab.launch.plan import make_plan
 from swaplab.launch.recipe import load_recipe
 from swaplab.launch.remote import SshTarget
 from swaplab.launch.spec import Step
@@ -483,3 +486,23 @@ def test_up_refuses_before_starting_anything_when_drop_caches_needs_a_sudo_it_ca
     assert up.returncode == 2, up.stderr
     assert "preflight failed:" in up.stderr and "127.0.0.1: sudo " in up.stderr and "NOPASSWD: " in up.stderr
     assert "starting rank" not in up.stderr and "[rank " not in up.stdout
+
+
+@pytest.mark.parametrize(("cluster_lines", "arrivals"), [
+    # The default: fetched on the head, each worker copies it.
+    ("", ["downloads it", "copies it from the head", "copies it from the head", "copies it from the head"]),
+    # One NAS: the head fetches into it for everyone, and offline that is a fetch too.
+    ('hf_cache_shared = true\n', ["downloads it"] + ["downloads it to the head, into the cache every node shares"] * 3),
+    ('download = "here"\n', ["sends it from here"] * 4),
+    ('download = "here"\nhf_cache_shared = true\n',
+     ["sends it from here"] + ["sends it from here to the head, into the cache every node shares"] * 3),
+])
+def test_doctor_says_how_a_missing_model_will_arrive_as_the_plan_brings_it(tmp_path, cluster_lines, arrivals):
+    fixtures = Path(__file__).parent / "fixtures" / "launch"
+    text = (fixtures / "clusters.toml").read_text().replace("[clusters.ds4x4]\n", "[clusters.ds4x4]\n" + cluster_lines)
+    (tmp_path / "clusters.toml").write_text(text)
+    plan = make_plan(load_recipe(fixtures / "qwen-sglang-tp4"), get_cluster(tmp_path / "clusters.toml", "ds4x4"), run_id="r")
+    said = [_arrival(node, plan.nodes[0]) for node in plan.nodes]
+    assert [how for how, _ in said] == arrivals
+    # Only a fetch from the hub is what HF_HUB_OFFLINE forbids.
+    assert [fetches for _, fetches in said] == [how.startswith("downloads") for how in arrivals]

@@ -101,9 +101,9 @@ async def _doctor(recipe: Recipe, cluster: Cluster) -> list[Finding]:
     findings += await payload.image_checks(
         recipe, [(report.host, report.target) for report in reports], docker=[report.docker for report in reports]
     )
-    model_findings, sizes = await payload.model_checks(recipe, cluster, up)
+    model_findings, sizes = await payload.model_checks(recipe, cluster, up, node_plans)
     findings += model_findings
-    findings += await payload.copy_checks(recipe, cluster, up)
+    findings += await payload.copy_checks(recipe, cluster, up, node_plans)
     known = max((size for size in sizes.values() if size), default=None)
     findings += await asyncio.gather(
         *(payload.disk_check(recipe, cluster, host, target, sizes.get(host.name), known) for host, target in up)

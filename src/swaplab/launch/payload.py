@@ -16,14 +16,14 @@ import json
 import re
 import shlex
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
 from swaplab.launch import remote
 from swaplab.launch.cluster import Cluster, Host
 from swaplab.launch.engines import get_engine
 from swaplab.launch.findings import GIB, Finding, last_line
-from swaplab.launch.plan import fabric_ssh, hub_folder
+from swaplab.launch.plan import DOWNLOAD_STEP, NodePlan, fabric_ssh, hub_folder, hub_of
 from swaplab.launch.remote import SshTarget
 from swaplab.launch.spec import HUB_REPO, Recipe
 
@@ -80,8 +80,7 @@ def _model_location(recipe: Recipe, cluster: Cluster, host: Host) -> tuple[str, 
     if model.startswith(("/", "~/")):
         return "path", model
     if get_engine(recipe.engine).model_is_hub_repo and HUB_REPO.match(model):
-        hub = next((mount.host for mount in recipe.extra_mounts if mount.env == "HF_HOME"), None)
-        return "hub", hub_folder(hub or cluster.hub_of(host), model)
+        return "hub", hub_folder(hub_of(recipe, cluster, host), model)
     return None
 
 
@@ -125,9 +124,10 @@ def disk_finding(host: str, folder: str, free: int, here: int | None, model_size
 
 
 async def model_checks(
-    recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]]
+    recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]], plans: Mapping[Host, NodePlan]
 ) -> tuple[list[Finding], dict[str, int | None]]:
-    """The model on every node, and its size on each (None where it is missing)."""
+    """The model on every node, and its size on each (None where it is missing); a hub repo
+    missing where `up` will bring it (as the node's plan says) is fine."""
     locations = {host.name: _model_location(recipe, cluster, host) for host, _ in nodes}
     if not nodes or None in locations.values():
         return [], {}
@@ -143,8 +143,8 @@ async def model_checks(
         fields = result.stdout.split()
         if not result.ok or len(fields) != 2:
             sizes[host.name] = None
-            coming = _how_the_model_comes(cluster, host)
-            if kind == "hub" and (not recipe.offline or coming != "downloads it"):
+            coming, fetches = _arrival(plans.get(host), plans.get(cluster.head))
+            if kind == "hub" and not (recipe.offline and fetches):
                 findings.append(Finding(host.name, "model", True, f"{recipe.model}: not in its cache yet (`up` {coming})"))
             else:
                 findings.append(Finding(
@@ -164,25 +164,40 @@ async def model_checks(
     return findings, sizes
 
 
-def _how_the_model_comes(cluster: Cluster, host: Host) -> str:
-    """What `up` does to bring a hub model to `host` (see plan._model_steps)."""
-    if cluster.download == "here":
-        return "sends it from here" if host == cluster.head or not cluster.shares_hub else "sends it to the shared cache"
-    if host == cluster.head or cluster.shares_hub:
-        return "downloads it"
-    return "copies it from the head"
+def _arrival(node: NodePlan | None, head: NodePlan | None) -> tuple[str, bool]:
+    """How `up` brings the hub models to a node, read from its plan (a node with no step of its
+    own reads the shared cache the head's steps fill), and whether that fetches from the hub
+    (which HF_HUB_OFFLINE forbids) rather than copying."""
+    copies = _copies(node) if node else set()
+    if "send" in copies:
+        return "sends it from here", False
+    if "prepare" in copies:
+        return "copies it from the head", False
+    if node is not None and any(step.name == DOWNLOAD_STEP for step in node.steps):
+        return "downloads it", True
+    if head is not None and node is not head:
+        how, fetches = _arrival(head, None)
+        return f"{how} to the head, into the cache every node shares", fetches
+    return "downloads it", True
 
 
-async def copy_checks(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]]) -> list[Finding]:
-    """What `up` needs to fetch and copy the recipe's hub repos: huggingface_hub and rsync here
-    (download = "here"), rsync on every node a copy reaches, and each worker reaching the head
-    over the fabric (download = "head", copies from it)."""
-    models = recipe.hub_models if get_engine(recipe.engine).model_is_hub_repo else ()
-    if not models or not nodes:
-        return []
+def _copies(node: NodePlan) -> set[str]:
+    """The kinds of the node's model copies: "send" (from here), "prepare" (pulled from the head)."""
+    return {step.kind for step in node.steps if step.name.startswith("copy ")}
+
+
+async def copy_checks(
+    recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Host, SshTarget]], plans: Mapping[Host, NodePlan]
+) -> list[Finding]:
+    """What the plan's download and copies need: huggingface_hub and rsync here when the
+    download runs here, the head's `python` for a process recipe's download there, rsync on
+    every node a copy reaches (the head too, when workers pull from it), and each pulling worker
+    reaching the head over the fabric."""
     findings = []
-    copies = not cluster.shares_hub or cluster.download == "here"
-    if cluster.download == "here":
+    head = next(((host, target) for host, target in nodes if host == cluster.head), None)
+    head_steps = plans[cluster.head].steps if cluster.head in plans else ()
+    download = next((step for step in head_steps if step.name == DOWNLOAD_STEP), None)
+    if download is not None and download.kind == "local":
         findings.append(
             Finding("here", "copy", True, "huggingface_hub here, for download = \"here\"")
             if importlib.util.find_spec("huggingface_hub") else
@@ -191,9 +206,7 @@ async def copy_checks(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Ho
         )
         if shutil.which("rsync") is None:
             findings.append(Finding("here", "copy", False, "rsync is missing here", "install rsync (apt-get install rsync)"))
-    head = next(((host, target) for host, target in nodes if host == cluster.head), None)
-    workers = [(host, target) for host, target in nodes if host != cluster.head]
-    if cluster.download == "head" and head is not None and not get_engine(recipe.engine).uses_docker:
+    if download is not None and download.kind == "prepare" and head is not None and not get_engine(recipe.engine).uses_docker:
         # engine = "process" has no image to fetch with: the head's own Python does it.
         head_host, head_target = head
         found = await remote.run(head_target, [cluster.python, "-c", "import huggingface_hub"])
@@ -203,27 +216,26 @@ async def copy_checks(recipe: Recipe, cluster: Cluster, nodes: Sequence[tuple[Ho
             Finding(head_host.name, "copy", False, f"{cluster.python} cannot import huggingface_hub: {last_line(found.stderr) or 'no message'}",
                     f"install huggingface_hub for it on {head_host.name}, or set python in the clusters file to a Python that has it")
         )
-    if not copies:
-        return findings
-    # Into every node, or into the shared cache through the head; a head copied from runs rsync too.
-    receivers = ([head] if head else []) if cluster.download == "here" and cluster.shares_hub else nodes
+    pulling = [(host, target) for host, target in nodes if host in plans and "prepare" in _copies(plans[host])]
+    receivers = [(host, target) for host, target in nodes if host in plans and _copies(plans[host])]
+    if pulling and head is not None and head not in receivers:
+        receivers.insert(0, head)  # the head's rsync serves the workers' pulls
     present = await asyncio.gather(*(remote.run(target, ["sh", "-c", "command -v rsync"]) for _, target in receivers))
     for (host, _), result in zip(receivers, present, strict=True):
         findings.append(
             Finding(host.name, "copy", True, f"rsync {result.stdout.strip()}") if result.ok else
             Finding(host.name, "copy", False, "rsync is missing (the models are copied with it)", "install rsync on the node")
         )
-    if cluster.download == "head":
-        address = cluster.head.fabric_ip
-        probe = [*fabric_ssh(cluster, cluster.head), "-o", "ConnectTimeout=10", address, "true"]
-        reached = await asyncio.gather(*(remote.run(target, probe) for _, target in workers))
-        for (host, _), result in zip(workers, reached, strict=True):
-            detail = f"reaches the head at {address} over ssh (the models are copied from it)"
-            findings.append(Finding(host.name, "copy", True, detail) if result.ok else Finding(
-                host.name, "copy", False, f"cannot reach the head at {address} over ssh: {last_line(result.stderr) or 'no message'}",
-                f"authorize {host.name}'s key on the head (on {host.name}: `ssh-copy-id {address}`), "
-                "or set download = \"here\" in the clusters file",
-            ))
+    address = cluster.head.fabric_ip
+    probe = [*fabric_ssh(cluster, cluster.head), "-o", "ConnectTimeout=10", address, "true"]
+    reached = await asyncio.gather(*(remote.run(target, probe) for _, target in pulling))
+    for (host, _), result in zip(pulling, reached, strict=True):
+        detail = f"reaches the head at {address} over ssh (the models are copied from it)"
+        findings.append(Finding(host.name, "copy", True, detail) if result.ok else Finding(
+            host.name, "copy", False, f"cannot reach the head at {address} over ssh: {last_line(result.stderr) or 'no message'}",
+            f"authorize {host.name}'s key on the head (on {host.name}: `ssh-copy-id {address}`), "
+            "or set download = \"here\" in the clusters file",
+        ))
     return findings
 
 

@@ -139,9 +139,8 @@ def make_plan(recipe: Recipe, cluster: Cluster, *, run_id: str) -> Plan:
         "swaplab.recipe": recipe.slug,
         "swaplab.recipe-hash": recipe.digest(),
     })
-    own_hub = next((mount for mount in recipe.extra_mounts if mount.env == "HF_HOME"), None)
-    # Where downloads land on each node: the recipe's own HF_HOME mount, else the cluster's cache.
-    hubs = tuple(own_hub.host if own_hub else cluster.hub_of(host) for host in hosts)
+    own_hub = own_hub_mount(recipe)
+    hubs = tuple(hub_of(recipe, cluster, host) for host in hosts)
     models = recipe.hub_models if engine.model_is_hub_repo else ()
     mirroring = bool(cluster.local_cache_dir and models)
     # What each rank reads: its node-local mirror, or its hub.
@@ -338,6 +337,18 @@ def fabric_ssh(cluster: Cluster, host: Host) -> list[str]:
     if cluster.user:
         argv += ["-l", cluster.user]
     return argv
+
+
+def own_hub_mount(recipe: Recipe) -> Mount | None:
+    """The recipe's own mount of HF_HOME, if it has one."""
+    return next((mount for mount in recipe.extra_mounts if mount.env == "HF_HOME"), None)
+
+
+def hub_of(recipe: Recipe, cluster: Cluster, host: Host) -> str:
+    """Where downloads land on `host` (an HF_HOME on the host): the recipe's own HF_HOME mount,
+    else the node's cache in the clusters file."""
+    own = own_hub_mount(recipe)
+    return own.host if own else cluster.hub_of(host)
 
 
 def hub_folder(root: str, repo: str) -> str:
