@@ -257,15 +257,18 @@ async def image_checks(recipe: Recipe, nodes: Sequence[tuple[Host, SshTarget]], 
         return [Finding("all", "image", True, f"none: engine = \"{recipe.engine}\" runs the recipe's args on each node, no container")]
     image = recipe.docker_image or ""
     checked = [node for node, answers in zip(nodes, docker, strict=True) if answers]
-    results = await asyncio.gather(
-        *(remote.run(target, ["docker", "image", "inspect", "--format", "{{.Id}}", image]) for _, target in checked)
-    )
+    # One inspect per node: the id, then the entrypoint as JSON, on one line.
+    results = await asyncio.gather(*(
+        remote.run(target, ["docker", "image", "inspect", "--format", "{{.Id}} {{json .Config.Entrypoint}}", image])
+        for _, target in checked
+    ))
     how = "builds it here and loads it on every node" if recipe.docker_image_dir else "copies it from here or the head, or pulls it"
     findings = []
     ids: dict[str, str] = {}
+    entrypoints: dict[str, str] = {}
     for (host, _), result in zip(checked, results, strict=True):
         if result.ok and result.stdout.strip():
-            ids[host.name] = result.stdout.strip()
+            ids[host.name], _, entrypoints[host.name] = result.stdout.strip().partition(" ")
             findings.append(Finding(host.name, "image", True, f"{image} present, {ids[host.name][:19]}"))
         else:
             findings.append(Finding(host.name, "image", True, f"{image} not there yet (`up` {how})"))
@@ -276,15 +279,7 @@ async def image_checks(recipe: Recipe, nodes: Sequence[tuple[Host, SshTarget]], 
             "`up` replaces each copy whose id differs from this machine's (or, without one here, the head's); "
             f"or pin {image} by digest",
         ))
-    present = [(host, target) for host, target in checked if host.name in ids]
-    entrypoints = await asyncio.gather(*(
-        remote.run(target, ["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", image])
-        for _, target in present
-    ))
-    findings += [
-        entrypoint_finding(recipe, host.name, result.stdout)
-        for (host, _), result in zip(present, entrypoints, strict=True) if result.ok
-    ]
+    findings += [entrypoint_finding(recipe, host, entrypoint) for host, entrypoint in entrypoints.items()]
     return findings
 
 
