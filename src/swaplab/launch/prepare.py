@@ -46,7 +46,12 @@ async def prepare(plan: Plan, observer: Observer, secrets: Mapping[str, str] | N
                 await _run_local(step, observer, {key: secrets[key] for key in step.secrets})
     # Each head step's end, for the workers' steps that wait for it (Step.after_head).
     head_done = {step.name: asyncio.Event() for step in plan.nodes[0].steps}
-    tasks = [asyncio.create_task(_prepare_node(plan, node, observer, secrets, head_done)) for node in plan.nodes]
+    # The image's id here, asked once (after a local build) for every node's image step.
+    images = {step.image for node in plan.nodes for step in node.steps if step.image}
+    here_ids = {image: await _local_output((*IMAGE_ID, image)) for image in images}
+    tasks = [
+        asyncio.create_task(_prepare_node(plan, node, observer, secrets, head_done, here_ids)) for node in plan.nodes
+    ]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
@@ -120,7 +125,8 @@ async def _show_output(process: asyncio.subprocess.Process, prefix: str, observe
 
 
 async def _prepare_node(
-    plan: Plan, node: NodePlan, observer: Observer, secrets: Mapping[str, str], head_done: Mapping[str, asyncio.Event]
+    plan: Plan, node: NodePlan, observer: Observer, secrets: Mapping[str, str], head_done: Mapping[str, asyncio.Event],
+    here_ids: Mapping[str, str | None],
 ) -> None:
     target = remote.target_for(plan.cluster, node.host)
     home = await node_home(target, [word for step in node.steps for word in (*step.argv, *step.skip_if)])
@@ -128,7 +134,7 @@ async def _prepare_node(
         if step.kind not in ("prepare", "send"):
             continue
         if step.image:
-            await _bring_image(plan, target, node, step, observer, head_done)
+            await _bring_image(plan, target, node, step, observer, head_done, here_ids[step.image])
         else:
             if step.after_head and node.rank != 0:
                 await head_done[step.after_head].wait()
@@ -156,12 +162,13 @@ async def _prepare_step(
 
 
 async def _bring_image(
-    plan: Plan, target: SshTarget, node: NodePlan, step: Step, observer: Observer, head_done: Mapping[str, asyncio.Event]
+    plan: Plan, target: SshTarget, node: NodePlan, step: Step, observer: Observer, head_done: Mapping[str, asyncio.Event],
+    here: str | None,
 ) -> None:
-    """The recipe's image onto the node, from the nearest place that has it (see Step.image)."""
+    """The recipe's image onto the node, from the nearest place that has it (see Step.image);
+    `here`: its id on this machine."""
     assert step.image is not None
     id_argv = (*IMAGE_ID, step.image)
-    here = await _local_output(id_argv)
     there = await remote.run(target, id_argv)
     head = None
     if not here and not step.stdin_from and node.rank != 0:
