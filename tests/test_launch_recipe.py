@@ -672,3 +672,11 @@ hf_cache_dir = "relative/hub"
         (f"{path}:7: hosts.h.hf_cache_dir must be an absolute path or one starting with ~/, not a string 'relative/hub': "
          "relative paths would depend on where ssh lands"),
     ]
+
+
+def test_arrays_of_tables_that_are_not_arrays_are_faults_at_their_line(tmp_path):
+    path = write(tmp_path, 'engine = "vllm"\ndocker_image = "x"\nmodel = "a/b"\nextra_mounts = 3\npre_serve = "x"\n')
+    assert faults_of(load_recipe, path) == [
+        f"{path}:4: extra_mounts must be [[extra_mounts]] tables, not an integer",
+        f"{path}:5: pre_serve must be [[pre_serve]] tables, not a string",
+    ]

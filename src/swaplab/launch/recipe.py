@@ -261,12 +261,8 @@ def _as_hub_repos(value: Any) -> tuple[str, ...]:
 
 
 def _read_mounts(checker: Checker, value: Any) -> tuple[Mount, ...]:
-    if not isinstance(value, list):
-        checker.fault(("extra_mounts",), f"extra_mounts must be [[extra_mounts]] tables, not {describe(value)}")
-        return ()
     mounts = []
-    for index, item in enumerate(value):
-        where: KeyPath = ("extra_mounts", index)
+    for where, item in checker.array_of_tables(value, "extra_mounts"):
         table = checker.table(item, where, MOUNT_KEYS)
         host = checker.get(table, where, "host", _as_host_path, "an absolute path or one starting with ~/", required=True)
         container = checker.get(table, where, "container", _as_container_path, "an absolute path in the container", required=True)
@@ -277,12 +273,8 @@ def _read_mounts(checker: Checker, value: Any) -> tuple[Mount, ...]:
 
 
 def _read_pre_serve(checker: Checker, document: TomlDocument, folder: Path, value: Any, *, in_container: bool) -> tuple[PreServeHook, ...]:
-    if not isinstance(value, list):
-        checker.fault(("pre_serve",), f"pre_serve must be [[pre_serve]] tables, not {describe(value)}")
-        return ()
     hooks = []
-    for index, item in enumerate(value):
-        where: KeyPath = ("pre_serve", index)
+    for where, item in checker.array_of_tables(value, "pre_serve"):
         table = checker.table(item, where, PRE_SERVE_KEYS)
         run = checker.get(table, where, "run", _as_hook_command, "a shell line (a string) or a command (an array of words)", default=())
         raw_copies = table.get("copy", [])
@@ -305,7 +297,7 @@ def _read_pre_serve(checker: Checker, document: TomlDocument, folder: Path, valu
                 copies.append(FileCopy(source=path, target=target))
         if isinstance(item, dict) and "run" not in table and "copy" not in table:
             checker.fault(where, "a [[pre_serve]] hook needs run (a shell line or a command) or copy")
-        hooks.append(PreServeHook(number=index + 1, line=document.line_of(where), run=run, copies=tuple(copies)))
+        hooks.append(PreServeHook(number=len(hooks) + 1, line=document.line_of(where), run=run, copies=tuple(copies)))
     return tuple(hooks)
 
 

@@ -267,6 +267,14 @@ class Checker:
                 self.fault(key_path + (key,), f"unknown key {key!r}{where}; known keys: {', '.join(known)}")
         return value
 
+    def array_of_tables(self, value: Any, key: str) -> list[tuple[KeyPath, Any]]:
+        """The `[[key]]` entries of the top level, each with its key path; anything but an array is
+        a fault (and no entry)."""
+        if not isinstance(value, list):
+            self.fault((key,), f"{key} must be [[{key}]] tables, not {describe(value)}")
+            return []
+        return [((key, index), item) for index, item in enumerate(value)]
+
     def get(
         self,
         table: dict[str, Any],
