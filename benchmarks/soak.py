@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -541,6 +542,8 @@ class Soak:
         self.config_path = workdir / "config.yaml"
         self.generation = 0
         self.figures = Figures()
+        # Set when a fault counted from what the soak watches is first seen (see provoke_missing).
+        self.seen_fault = {kind: asyncio.Event() for kind in ("crash", "ttl expiry")}
         self.violations: list[Violation] = []
         self.events: list[Event] = []
         self.samples: deque[Sample] = deque(maxlen=600)
@@ -647,6 +650,7 @@ class Soak:
         await asyncio.gather(injector, *clients)
         if self.admin_tasks:
             await asyncio.gather(*self.admin_tasks, return_exceptions=True)
+        await self.provoke_missing()
         await self.check_batching()
         for task in background:
             task.cancel()
@@ -671,27 +675,60 @@ class Soak:
             await self.request(rng, rng.choices(models, weights)[0])
             await asyncio.sleep(rng.uniform(0, self.args.think))
 
-    def new_call(self, rng: random.Random, model: str) -> Call:
+    async def provoke_missing(self) -> None:
+        """In the drain, bring about each traffic-driven fault that the run did not produce.
+
+        How often a crash point, a disconnect or a quiet spell longer than a ttl comes up
+        depends on the random draws and on how fast this machine is right now (a loaded CI
+        machine once ran 40 s with keep-ttl never idle for its 2 s; 5% of ~120 requests
+        leave a disconnect after the first byte absent about one run in ten). Here nothing
+        else runs: a request to swap-slow is abandoned 10 ms after it is sent (its load or
+        its 30 ms TTFT is still ahead), a stream from it (24 tokens at 200 tokens/s) is
+        closed after its first chunks, side-crash is sent requests of 24 tokens until it
+        crashes (its crash point is at most 36 tokens into a process), each at most four
+        times; then keep-ttl is loaded once and left idle, so its ttl must stop it. A fault still missing after
+        that is the router's failure (or this machine's), reported by the summary.
+        """
+        rng = random.Random(f"{self.args.seed}-drain")
+        for kind, model, disconnect in (("disconnect-before", "swap-slow", "before"),
+                                        ("disconnect-after", "swap-slow", "after"),
+                                        ("crash", "side-crash", None)):
+            for _ in range(4):
+                if self.figures.faults[kind]:
+                    break
+                await self.request(rng, model, tokens=24, disconnect=disconnect)
+                if kind in self.seen_fault:  # counted from the log, which may trail the reply
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.seen_fault[kind].wait(), 2.0)
+        expiry = self.seen_fault["ttl expiry"]
+        if not expiry.is_set():
+            await self.admin_call("load", "keep-ttl")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(expiry.wait(), self.specs["keep-ttl"].ttl + 15.0)
+
+    def new_call(self, rng: random.Random, model: str, tokens: int | None = None,
+                 disconnect: str | None = None) -> Call:
+        """A request's draws; `tokens` and `disconnect` given instead (the drain's provocations)."""
         self._ids += 1
-        stream = rng.random() < 0.6
+        stream = rng.random() < 0.6 or disconnect == "after"
         roll = rng.random()
-        disconnect = None
-        if roll < self.args.disconnect_rate:
+        if disconnect is None and roll < self.args.disconnect_rate:
             disconnect = "before"
-        elif stream and roll < 2 * self.args.disconnect_rate:
+        elif disconnect is None and stream and roll < 2 * self.args.disconnect_rate:
             disconnect = "after"
         sent = self.now()
         return Call(
-            f"r{self._ids}", model, stream, rng.randint(2, 24), disconnect, sent, sent + self.args.deadline,
+            f"r{self._ids}", model, stream, tokens or rng.randint(2, 24), disconnect, sent, sent + self.args.deadline,
             self.specs[model].ttft_ms, before=self.samples[-1] if self.samples else None,
         )
 
-    async def request(self, rng: random.Random, model: str) -> None:
-        call = self.new_call(rng, model)
+    async def request(self, rng: random.Random, model: str, tokens: int | None = None,
+                      disconnect: str | None = None) -> None:
+        call = self.new_call(rng, model, tokens, disconnect)
         self.figures.requests_by_model[model] += 1
         exchange = asyncio.ensure_future(self.exchange(call, rng))
         if call.disconnect == "before":
-            await asyncio.wait({exchange}, timeout=rng.uniform(0.01, 1.5))
+            await asyncio.wait({exchange}, timeout=0.01 if disconnect else rng.uniform(0.01, 1.5))
             if not exchange.done() and call.first_byte is None:
                 exchange.cancel()  # the client gives up before any byte came back
                 await asyncio.gather(exchange, return_exceptions=True)
@@ -946,6 +983,7 @@ class Soak:
                         self.logs.append(key)
                         if line["source"] in self.specs and "sim: crashing after" in line["text"]:
                             self.figures.faults["crash"] += 1
+                            self.seen_fault["crash"].set()
                             self.figures.injected[f"crash {line['source']}"] += 1
             except (aiohttp.ClientError, ValueError):
                 await asyncio.sleep(0.2)
@@ -1060,6 +1098,7 @@ class Soak:
         if gone and not self.faults_touching("keep-ttl", sample.time - 1.0, sample.time,
                                              ("kill", "unload", "reload", "shutdown")):
             self.figures.faults["ttl expiry"] += 1
+            self.seen_fault["ttl expiry"].set()
             self.event("ttl", "keep-ttl", sample.time - 1.0, sample.time + 1.0)
 
     async def check_batching(self) -> None:
