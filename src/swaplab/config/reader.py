@@ -10,7 +10,7 @@ llama-swap's "expected X, got Y" for the YAML config, "X must be Y, not Z" for T
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -189,6 +189,18 @@ def as_boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError()
     return value
+
+
+def one_of(choices: Collection[str], what: str) -> Callable[[Any], str]:
+    """A check that the value is a string among `choices` (`what` names it in the error)."""
+
+    def check(value: Any) -> str:
+        text = as_string(value)
+        if text not in choices:
+            raise ValueError(f"unknown {what} {text!r}")
+        return text
+
+    return check
 
 
 def as_strings(value: Any) -> tuple[str, ...]:

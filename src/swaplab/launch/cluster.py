@@ -42,6 +42,7 @@ from swaplab.config.reader import (
     as_strings,
     describe,
     dotted,
+    one_of,
 )
 from swaplab.errors import SwaplabError
 from swaplab.launch.spec import ContainerOptions
@@ -224,7 +225,7 @@ def _read_cluster(checker: Checker, name: str, value: Any, nccl: Any) -> Cluster
         user=checker.get(table, where, "user", as_string, "a string"),
         hf_cache_dir=checker.get(table, where, "hf_cache_dir", _as_directory, "an absolute path or one starting with ~/"),
         hf_cache_shared=checker.get(table, where, "hf_cache_shared", as_boolean, "true or false", default=False),
-        download=checker.get(table, where, "download", _as_download_place, "\"head\" or \"here\"", default="head"),
+        download=checker.get(table, where, "download", one_of(DOWNLOAD_PLACES, "place"), "\"head\" or \"here\"", default="head"),
         download_dir=checker.get(
             table, where, "download_dir", _as_directory, "an absolute path or one starting with ~/", default=DEFAULT_HF_CACHE
         ),
@@ -390,13 +391,6 @@ def as_word(value: Any) -> str:
     text = as_string(value)
     if not text or text != text.strip() or any(character.isspace() for character in text):
         raise ValueError("it must be one word without spaces")
-    return text
-
-
-def _as_download_place(value: Any) -> str:
-    text = as_string(value)
-    if text not in DOWNLOAD_PLACES:
-        raise ValueError(f"unknown place {text!r}")
     return text
 
 

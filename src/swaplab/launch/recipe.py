@@ -28,6 +28,7 @@ from swaplab.config.reader import (
     as_string,
     as_strings,
     describe,
+    one_of,
 )
 from swaplab.launch.cluster import (
     ENV_NAME,
@@ -90,7 +91,7 @@ def load_recipe(path: str | Path) -> Recipe:
     document = read_toml(location)
     checker = Checker(document)
     top = checker.table(document.data, (), RECIPE_KEYS)
-    engine_name = checker.get(top, (), "engine", _as_engine, f"one of {', '.join(engine_names())}", required=True)
+    engine_name = checker.get(top, (), "engine", one_of(engine_names(), "engine"), f"one of {', '.join(engine_names())}", required=True)
     engine = get_engine(engine_name) if engine_name else None
     uses_docker = engine is not None and engine.uses_docker
 
@@ -101,7 +102,7 @@ def load_recipe(path: str | Path) -> Recipe:
     docker_image = checker.get(top, (), "docker_image", _as_image, "an image reference such as \"vllm/vllm-openai:v0.11.0\"", required=uses_docker)
     model = checker.get(top, (), "model", as_word, "a Hugging Face repo id or a path", required=uses_docker)
     image_dir = checker.get(top, (), "docker_image_dir", as_string, "a folder (relative to the recipe's folder)")
-    backend = checker.get(top, (), "distributed_backend", _as_backend, "\"mp\" or \"ray\"", default="mp")
+    backend = checker.get(top, (), "distributed_backend", one_of(DISTRIBUTED_BACKENDS, "backend"), "\"mp\" or \"ray\"", default="mp")
     env = read_env_table(checker, ("env",), top.get("env", {}))
     for key, value in env.items():
         # `"${HF_TOKEN}"` would reach the server as those very characters: nothing expands it.
@@ -219,20 +220,6 @@ def _as_arguments(value: Any) -> tuple[str, ...]:
         else:
             raise TypeError(f"element {index} is {describe(item)}; write it as a string")
     return tuple(arguments)
-
-
-def _as_engine(value: Any) -> str:
-    text = as_string(value)
-    if text not in engine_names():
-        raise ValueError(f"unknown engine {text!r}")
-    return text
-
-
-def _as_backend(value: Any) -> str:
-    text = as_string(value)
-    if text not in DISTRIBUTED_BACKENDS:
-        raise ValueError(f"unknown backend {text!r}")
-    return text
 
 
 def _as_image(value: Any) -> str:
