@@ -33,6 +33,7 @@ from swaplab.config.profiles import read_profiles
 from swaplab.config.reader import Findings, read_text
 from swaplab.config.routing import read_routing
 from swaplab.config.selectors import read_selectors
+from swaplab.config.security import read_security
 from swaplab.config.settings import read_api_keys, read_devices, read_settings
 from swaplab.config.sleep import read_host_memory
 from swaplab.config.telemetry import read_telemetry
@@ -161,6 +162,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
     api_keys = read_api_keys(top)
     devices = read_devices(top.section("devices"))
     host_memory = read_host_memory(top.section("hostMemory"))
+    security = read_security(top.section("security"))
 
     model_defaults = ModelDefaults(
         settings.global_ttl,
@@ -217,6 +219,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
         macros=tuple((macro.name, macro.written) for macro in global_macros),
         warnings=findings.warnings,
         notes=settings.notes,
+        security=security,
     )
 
 
@@ -226,7 +229,7 @@ KNOWN_TOP_LEVEL = (
     "routing", "groups", "matrix", "startPort", "hooks", "sendLoadingState", "includeAliasesInList",
     "apiKeys", "peers", "upstream",
     # swaplab's own
-    "heartbeatInterval", "notes", "devices", "hostMemory",
+    "heartbeatInterval", "notes", "devices", "hostMemory", "security",
 )  # fmt: skip
 """The top-level settings whose leftover `${...}` is a fault (llama-swap checks the ones it knows)."""
 

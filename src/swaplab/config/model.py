@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from swaplab.config.matrixtree import MatrixNode, maximal_combinations
+from swaplab.config.security import Security
 
 
 @dataclass(frozen=True)
@@ -311,6 +312,8 @@ class Config:
     """The global `macros`, as declared (unexpanded) and in their order, as llama-swap keeps them."""
     warnings: tuple[str, ...] = ()
     """`FILE:LINE: message` for each unknown key (never fatal)."""
+    security: Security = field(default_factory=Security)
+    """`security:`: the Host and Origin policy and the request limits (docs/security.md)."""
     notes: str | None = None
     """The catalogue's notes folder (`notes:`), relative paths already taken from the config file's folder."""
 
