@@ -225,10 +225,13 @@ async def test_unload_routes_redirects_cors_and_version(router_factory):
                 assert response.status == 302 and response.headers["Location"] == "/ui/"
         async with session.get(f"{url}/wol-health") as response:
             assert await response.text() == "OK"
-        async with session.options(f"{url}/v1/chat/completions",
-                                   headers={"Access-Control-Request-Headers": "content-type, x-api-key"}) as response:
+        # llama-swap answers every origin's preflight with `*`; swaplab answers a loopback page's
+        # (its dev server, llama-swap's UI on vite) with that origin, and refuses foreign ones (test_security).
+        preflight = {"Origin": "http://localhost:5173", "Access-Control-Request-Method": "POST",
+                     "Access-Control-Request-Headers": "content-type, x-api-key"}
+        async with session.options(f"{url}/v1/chat/completions", headers=preflight) as response:
             assert response.status == 204
-            assert response.headers["Access-Control-Allow-Origin"] == "*"
+            assert response.headers["Access-Control-Allow-Origin"] == "http://localhost:5173"
             assert response.headers["Access-Control-Allow-Headers"] == "content-type, x-api-key"
         async with session.get(f"{url}/api/version") as response:
             version = await response.json()

@@ -16,13 +16,6 @@ from dataclasses import dataclass, field
 from swaplab.config.yamlreader import YamlSection
 
 DEFAULT_CORS_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-DEFAULT_CORS_HEADERS = (
-    "Content-Type", "Authorization", "Accept", "X-Requested-With", "x-api-key", "anthropic-version",
-    "anthropic-beta", "OpenAI-Organization", "OpenAI-Project", "X-Stainless-Lang", "X-Stainless-Package-Version",
-    "X-Stainless-OS", "X-Stainless-Arch", "X-Stainless-Runtime", "X-Stainless-Runtime-Version",
-    "X-Stainless-Retry-Count", "X-Stainless-Timeout", "anthropic-dangerous-direct-browser-access",
-)  # fmt: skip
-"""What a browser SDK sends (openai's and anthropic's add their `X-Stainless-*` headers)."""
 DEFAULT_CORS_MAX_AGE = 600
 
 MIB = 1024 * 1024
@@ -42,7 +35,8 @@ class Cors:
     """Exact origins (`https://app.example:8443`, lower-cased, no trailing slash), or `*` for any."""
     allow_credentials: bool = False
     allowed_methods: tuple[str, ...] = DEFAULT_CORS_METHODS
-    allowed_headers: tuple[str, ...] = DEFAULT_CORS_HEADERS
+    allowed_headers: tuple[str, ...] = ()
+    """Empty: the names a preflight asks for, when each is a plain token (what llama-swap answers)."""
     exposed_headers: tuple[str, ...] = ()
     max_age: int = DEFAULT_CORS_MAX_AGE
 
@@ -99,7 +93,7 @@ def _read_cors(section: YamlSection | None) -> Cors:
         return Cors()
     origins = tuple(_origin(section, item) for item in section.strings("allowedOrigins"))
     methods = tuple(item.text.strip().upper() for item in section.strings("allowedMethods")) or DEFAULT_CORS_METHODS
-    headers = tuple(item.text.strip() for item in section.strings("allowedHeaders")) or DEFAULT_CORS_HEADERS
+    headers = tuple(item.text.strip() for item in section.strings("allowedHeaders"))
     exposed = tuple(item.text.strip() for item in section.strings("exposedHeaders"))
     cors = Cors(
         allowed_origins=tuple(origin for origin in origins if origin),

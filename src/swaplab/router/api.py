@@ -63,12 +63,6 @@ log = logging.getLogger("swaplab.router")
 
 ROUTER_SOURCE = "router"
 """The LogHub source of the router's own lines (llama-swap's `proxy` log); every other source is a model's."""
-CORS_HEADERS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE, OPTIONS",
-    "Access-Control-Max-Age": "86400",
-}
-DEFAULT_CORS_ALLOW_HEADERS = "Content-Type, Authorization, Accept, X-Requested-With"
 
 
 def log_text(line: LogLine) -> str:
@@ -124,7 +118,6 @@ class LlamaSwapApi:
         app.router.add_post("/api/models/unload/{model:.+}", self.handle_unload_one)
         app.router.add_post("/api/models/sleep/{model:.+}", self.handle_sleep_one)
         app.router.add_get("/logs/stream/{source:.*}", self.handle_log_stream)
-        app.router.add_route("OPTIONS", "/{tail:.*}", self.handle_preflight)
 
     # -- the live feed --------------------------------------------------------------
 
@@ -264,12 +257,6 @@ class LlamaSwapApi:
         """`/` (and llama-swap's `GET /upstream`): the web page."""
         raise web.HTTPFound("/ui/")
 
-    async def handle_preflight(self, request: web.Request) -> web.Response:
-        """Any `OPTIONS`: llama-swap's CORS answer, so a page on another origin may call the API."""
-        allow = request.headers.get("Access-Control-Request-Headers", "").strip()
-        headers = {**CORS_HEADERS, "Access-Control-Allow-Headers": _safe_header_list(allow) or DEFAULT_CORS_ALLOW_HEADERS}
-        return web.Response(status=204, headers=headers)
-
     async def handle_log_stream(self, request: web.Request) -> web.StreamResponse:
         """`GET /logs/stream[/{proxy|upstream|MODEL}]`: llama-swap's plain-text log stream, its history
         first (unless `?no-history`). With `Accept: text/event-stream`, swaplab's JSON events instead."""
@@ -329,11 +316,3 @@ async def _relay(response: web.StreamResponse, queue: asyncio.Queue[bytes], line
             if isinstance(item, LogLine):
                 item = events.frame("logData", {"source": log_kind(item), "data": log_text(item)})
             await response.write(item)
-
-
-def _safe_header_list(value: str) -> str:
-    """The requested header names, kept only when each is a plain token (never echo arbitrary text)."""
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    if not names or not all(name.replace("-", "").isalnum() for name in names):
-        return ""
-    return ", ".join(names)

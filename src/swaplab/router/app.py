@@ -19,23 +19,27 @@ from aiohttp import web
 
 from swaplab.config.identity import entry_hash, same_entry
 from swaplab.config.model import Config
+from swaplab.config.redact import config_secrets, entry_text
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, LogHub
 from swaplab.fleet.lease import OverCapacity
 from swaplab.fleet.performance import PerformanceSampler
 from swaplab.metrics import Metrics
 from swaplab.results.activity import capture_of_row, recent_activity
+from swaplab.results.activityapi import QueryParameterError, whole_number
 from swaplab.results.writer import ActivityWriter
 from swaplab.router.api import LlamaSwapApi
 from swaplab.router.auth import api_key_middleware
-from swaplab.router.captures import CaptureStore, secrets_of
+from swaplab.router.captures import CaptureStore
 from swaplab.router.events import EventHub
 from swaplab.router.forward import Forwarder
+from swaplab.router.guard import BodySlots, guard_middleware, replace_cors_headers
 from swaplab.router.inflight import InFlight
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.listing import model_records, peer_record, render_capabilities, status_of
 from swaplab.router.observe import RequestObservation
 from swaplab.router.peers import PeerWatch
+from swaplab.router.policy import is_loopback_listen
 from swaplab.router.performance import BAD_AFTER, DISABLED, parse_after, report
 from swaplab.router.profiles import ProfileSwitch
 from swaplab.router.profiles import listing as profile_listing
@@ -46,10 +50,14 @@ from swaplab.router.ui import add_ui_routes
 
 log = logging.getLogger("swaplab.router")
 
-# Long prompts: the spec asks for at least 64 MiB request bodies.
-MAX_BODY_BYTES = 256 * 1024 * 1024
+# The body limit is `security.limits.maxBodyMB`, applied by the guard as it reads (a reload
+# changes it); aiohttp's own bound only has to stay out of its way.
+AIOHTTP_MAX_BODY_BYTES = 2**62
 
 ROUTER_KEY = web.AppKey("router", "Router")
+
+# The most rows or log lines one `?limit=` may ask for.
+MAX_LIMIT = 100_000
 
 # Ended requests are turned into records and metrics this long after the first of a batch.
 BOOKKEEPING_SECONDS = 0.05
@@ -59,8 +67,11 @@ class Router:
     """The HTTP side: the fleet (which owns the config in force), the peers' health, the upstream pools."""
 
     def __init__(
-        self, config: Config, *, state_dir: Path, logs: LogHub | None = None, db: str | Path | None = None
+        self, config: Config, *, state_dir: Path, logs: LogHub | None = None, db: str | Path | None = None,
+        listen_host: str = "127.0.0.1",
     ):
+        self.listen_loopback = is_loopback_listen(listen_host)
+        """Whether the router listens on loopback only: the Host check applies (`router.policy`)."""
         self.logs = logs or LogHub()
         self.metrics = Metrics()
         self.events = EventHub()
@@ -94,9 +105,10 @@ class Router:
         return self.fleet.config
 
     def app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=MAX_BODY_BYTES, middlewares=[api_key_middleware(lambda: self.config.api_keys)]
-        )
+        guard = guard_middleware(lambda: self.config.security, lambda: self.listen_loopback, BodySlots())
+        keys = api_key_middleware(lambda: self.config.api_keys, lambda: self.config.security.basic_auth)
+        app = web.Application(client_max_size=AIOHTTP_MAX_BODY_BYTES, middlewares=[guard, keys])
+        app.on_response_prepare.append(replace_cors_headers)
         app[ROUTER_KEY] = self
         for path in MODEL_ROUTES:
             app.router.add_post(path, self.forwarder.handle_model_request)
@@ -148,8 +160,7 @@ class Router:
 
     def _secrets(self) -> tuple[str, ...]:
         """The values redacted wherever they appear in a header shown or captured: the config's keys."""
-        config = self.config
-        return secrets_of(config.api_keys, (peer.api_key for peer in config.peers.values()))
+        return config_secrets(self.config)
 
     def _written(self, ids: range) -> None:
         """The activity writer stored rows `ids` (called from its thread): handed to the loop once per batch."""
@@ -248,10 +259,7 @@ class Router:
                     entry["unavailable_reason"] = health.reason
                 data.append(entry)
         data.sort(key=lambda entry: entry["id"])  # llama-swap's order
-        response = web.json_response({"object": "list", "data": data})
-        if "Origin" in request.headers:  # browser clients may read the list, as llama-swap lets them
-            response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
-        return response
+        return web.json_response({"object": "list", "data": data})
 
     async def handle_profiles(self, request: web.Request) -> web.Response:
         """`GET /api/profiles`: `{"active": NAME | null, "profiles": [{"id", "description", "pins"}]}`."""
@@ -269,7 +277,8 @@ class Router:
         return web.json_response(answer)
 
     async def handle_api_models(self, request: web.Request) -> web.Response:
-        """Everything the web page shows about each model, unlisted ones included."""
+        """Everything the web page shows about each model, unlisted ones included (its entry's secrets masked)."""
+        secrets = self._secrets()
         models = [
             {
                 "id": model.id,
@@ -282,7 +291,7 @@ class Router:
                 "available": True,
                 "unlisted": model.unlisted,
                 "config_hash": entry_hash(model),
-                "entry": model.raw_text,
+                "entry": entry_text(model, secrets),
                 "sleep": model.sleep is not None,
                 "capabilities": render_capabilities(model.capabilities),
             }
@@ -349,9 +358,10 @@ class Router:
 
     async def handle_activity(self, request: web.Request) -> web.Response:
         self.bookkeep()
-        rows = await asyncio.to_thread(
-            recent_activity, self.activity.path, request.query.get("model"), int(request.query.get("limit", "50"))
-        )
+        limit = _limit(request, 50)
+        if isinstance(limit, web.Response):
+            return limit
+        rows = await asyncio.to_thread(recent_activity, self.activity.path, request.query.get("model"), limit)
         for row in rows:  # llama-swap's overlay: whether the capture is still held
             row["has_capture"] = row["capture_id"] is not None and row["capture_id"] in self.captures
         return web.json_response({"activity": rows})
@@ -360,9 +370,9 @@ class Router:
         """`GET /api/captures/{id}`: the request's capture in llama-swap's JSON; its 404 once dropped (or never kept)."""
         self.bookkeep()
         accept = request.headers.get("Accept", "")
-        try:
-            capture_id = int(request.match_info["id"])
-        except ValueError:
+        try:  # any of Go's ints, as llama-swap reads it; SQLite's integers are the same 64 bits
+            capture_id = whole_number(request.match_info["id"], "capture ID", -(2**63), 2**63 - 1)
+        except QueryParameterError:
             return llama_swap_error(accept, 400, "invalid capture ID")
         capture = self.captures.get(capture_id)
         by_row = None
@@ -392,18 +402,24 @@ class Router:
 
     async def handle_logs(self, request: web.Request) -> web.Response:
         source = request.query.get("source")
-        lines = self.logs.recent(source, limit=int(request.query.get("limit", "1000")))
+        limit = _limit(request, 1000)
+        if isinstance(limit, web.Response):
+            return limit
+        lines = self.logs.recent(source, limit=limit)
         text = "".join(f"[{line.source}] {line.text}\n" for line in lines)
         return web.Response(text=text)
 
     async def handle_logs_stream(self, request: web.Request) -> web.StreamResponse:
         """SSE: the recent lines, then each new one, as `data: {"time", "source", "text"}`."""
         source = request.query.get("source")
+        limit = _limit(request, 200)
+        if isinstance(limit, web.Response):
+            return limit
         response = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
         await response.prepare(request)
         queue = self.logs.subscribe()
         try:
-            for line in self.logs.recent(source, limit=int(request.query.get("limit", "200"))):
+            for line in self.logs.recent(source, limit=limit):
                 await response.write(_log_event(line))
             while True:
                 line = await queue.get()
@@ -411,6 +427,14 @@ class Router:
                     await response.write(_log_event(line))
         finally:
             self.logs.unsubscribe(queue)
+
+
+def _limit(request: web.Request, default: int) -> int | web.Response:
+    """`?limit=`, how many rows or lines to answer with: `default` when absent or empty, else a 400 saying what it must be."""
+    try:
+        return whole_number(request.query.get("limit") or str(default), "limit", 1, MAX_LIMIT)
+    except QueryParameterError as error:
+        return error_response(400, str(error))
 
 
 def _log_event(line) -> bytes:

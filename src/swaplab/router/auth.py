@@ -10,8 +10,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 # /health for load balancers (and llama-swap's /wol-health); the redirects to the page and the
-# page's static files hold no data (it sends a key for the rest). A CORS preflight (OPTIONS)
-# carries no credentials by design, and is answered without any.
+# page's static files hold no data (it sends a key for the rest).
 OPEN_PATHS = frozenset({"/health", "/wol-health", "/", "/upstream", "/ui", "/ui/"})
 OPEN_PREFIXES = ("/ui/static/",)
 CREDENTIAL_HEADERS = ("Authorization", "x-api-key")
@@ -42,15 +41,19 @@ def key_matches(presented: str | None, keys: tuple[str, ...]) -> bool:
     return any([hmac.compare_digest(presented.encode(), key.encode()) for key in keys])
 
 
-def api_key_middleware(current_keys: Callable[[], tuple[str, ...]]):
-    """Reject requests without a valid key while any key is configured (read per request: reloads apply)."""
+def api_key_middleware(current_keys: Callable[[], tuple[str, ...]], offer_basic: Callable[[], bool]):
+    """Reject requests without a valid key while any key is configured (read per request: reloads apply).
+
+    Every method needs the key, OPTIONS included: the CORS preflights a browser sends
+    without credentials are answered before this (`router.guard`), and never forwarded.
+    """
 
     @web.middleware
     async def check_key(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         keys = current_keys()
-        if not keys or request.method == "OPTIONS" or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
+        if not keys or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
             return await handler(request)
         presented = presented_key(request)
         if presented is None and request.method == "GET" and request.path.startswith(QUERY_KEY_PATHS):
@@ -58,8 +61,11 @@ def api_key_middleware(current_keys: Callable[[], tuple[str, ...]]):
         if not key_matches(presented, keys):
             body = {"error": {"message": "invalid or missing API key", "type": "authentication_error", "code": 401}}
             response = web.json_response(body, status=401)
+            # Basic only when asked for (`security.basicAuth`): a browser then prompts, remembers the
+            # password and sends it with every request to this host, cross-site ones included.
             # One challenge per header line: browsers ignore Basic when it shares a line.
-            response.headers.add("WWW-Authenticate", 'Basic realm="swaplab"')
+            if offer_basic():
+                response.headers.add("WWW-Authenticate", 'Basic realm="swaplab"')
             response.headers.add("WWW-Authenticate", 'Bearer realm="swaplab"')
             return response
         return await handler(request)

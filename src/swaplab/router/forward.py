@@ -58,6 +58,7 @@ from swaplab.router.selectors import Choice, NoTarget, Selectors
 from swaplab.router.targets import (
     LocalTarget,
     PeerTarget,
+    UnreadableBody,
     model_from_body,
     replace_form_field,
     resolve,
@@ -108,7 +109,10 @@ class Forwarder:
 
     async def handle_model_request(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        name, document = model_from_body(request.headers.get("Content-Type", ""), body)
+        try:
+            name, document = model_from_body(request.headers.get("Content-Type"), body)
+        except UnreadableBody as error:
+            return error_response(error.status, str(error))
         in_query = not name
         name = name or request.query.get("model")
         if not name:
@@ -390,6 +394,7 @@ class Forwarder:
             response, completed = await relay_websocket(
                 request, self._upstream_session(model.proxy, model.timeouts), model.proxy.rstrip("/") + path,
                 self._upstream_headers(request, None), observation,
+                self.config.security.limits.max_websocket_message_bytes,
             )
             if lease is not None:
                 lease.completed = completed
@@ -406,6 +411,7 @@ class Forwarder:
         response, _ = await relay_websocket(
             request, self._upstream_session(peer.proxy, peer.timeouts), peer.proxy.rstrip("/") + path,
             self._upstream_headers(request, peer_credentials(peer)), observation,
+            self.config.security.limits.max_websocket_message_bytes,
         )
         return response
 

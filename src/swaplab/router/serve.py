@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
 from swaplab.fleet.logs import LogLine
 from swaplab.router.app import Router
-from swaplab.router.logformat import RequestLog, console_formatter
+from swaplab.router.logformat import console_formatter, request_log
 
 log = logging.getLogger("swaplab.router")
 
@@ -120,17 +121,23 @@ def serve(
         log.warning("%s", warning)
     directory = Path(state_dir) if state_dir else default_state_dir(port)
     # `--db`, else the config's `store.path`, else the default store.
-    router = Router(config, state_dir=directory, logs=hub, db=db or config.store_path)
+    router = Router(config, state_dir=directory, logs=hub, db=db or config.store_path, listen_host=host)
     reloader = ConfigReloader(router, config_path, port, notes, config_dir)
     return asyncio.run(_serve(router, host, port, reloader, watch_config))
 
 
 async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader, watch: bool) -> int:
     config = router.config
+    raise_open_files_limit()
     runner = web.AppRunner(
         compose(router), handler_cancellation=True, shutdown_timeout=2.0,
+        # `security.limits.headerTimeout`: from a connection's start (and from the end of each
+        # response), the next request's line and headers must arrive within it, or the connection
+        # is closed; a request being handled, a long stream included, is never cut. Read at start.
+        keepalive_timeout=config.security.limits.header_timeout,
         # `logRequests`: one line per request; without it aiohttp does no access logging at all.
-        access_log=log if config.log_requests else None, access_log_class=RequestLog,
+        access_log=log if config.log_requests else None,
+        access_log_class=request_log(lambda: router.config.security.trusted_proxies),
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -155,6 +162,18 @@ async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader,
     await router.close()
     await runner.cleanup()
     return 0
+
+
+def raise_open_files_limit() -> None:
+    """The soft limit on open files raised to the hard one (as Go does for llama-swap): each client
+    and each upstream connection is a file, and 1024 is soon reached by a crowd of stalled ones."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as error:
+        log.debug("open files limit kept: %s", error)
 
 
 class ConfigReloader:

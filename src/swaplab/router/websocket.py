@@ -46,6 +46,7 @@ async def relay_websocket(
     url: str,
     headers: CIMultiDict[str],
     observation: RequestObservation,
+    max_message: int,
 ) -> tuple[web.StreamResponse, bool]:
     """Open the upstream's websocket, accept the client's, relay until one side closes.
 
@@ -57,7 +58,7 @@ async def relay_websocket(
     upstream_headers = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in HANDSHAKE_HEADERS)
     try:
         upstream = await session.ws_connect(
-            url, headers=upstream_headers, protocols=protocols, max_msg_size=0,
+            url, headers=upstream_headers, protocols=protocols, max_msg_size=max_message,
             timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=CLOSE_SECONDS),
         )
     except aiohttp.WSServerHandshakeError as error:
@@ -70,7 +71,11 @@ async def relay_websocket(
         observation.fail(502, message)
         return web.json_response({"error": {"message": message, "type": "upstream_error", "code": 502}},
                                  status=502), False
-    client = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (), max_msg_size=0)
+    # A message past `max_message` (security.limits.maxWebsocketMessageMB) on either side closes
+    # that side with 1009 (aiohttp's check, made as the frame's length is read), and so the relay.
+    client = web.WebSocketResponse(
+        protocols=(upstream.protocol,) if upstream.protocol else (), max_msg_size=max_message
+    )
     completed = False
     disconnected = False
     try:
