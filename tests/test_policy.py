@@ -23,6 +23,8 @@ LOCAL = "127.0.0.1:8080"
     (Facts("GET", "/running", host="[::1]:8080"), DEFAULT, 0, Caller.NO_BROWSER),
     (Facts("GET", "/running", host="127.0.0.2"), DEFAULT, 0, Caller.NO_BROWSER),
     (Facts("GET", "/running", host="ui.localhost:8080"), DEFAULT, 0, Caller.NO_BROWSER),
+    (Facts("GET", "/running", host="10.0.0.5:8080"), DEFAULT, 0, Caller.NO_BROWSER),  # no name, no rebinding
+    (Facts("GET", "/running", host="[fe80::1]:8080"), DEFAULT, 0, Caller.NO_BROWSER),
     # DNS rebinding: the page's own name in Host while the router is on loopback.
     (Facts("GET", "/api/captures/1", host="attacker.example:8080"), DEFAULT, 403, Caller.NO_BROWSER),
     (Facts("GET", "/running", host="127.0.0.1.nip.io:8080"), DEFAULT, 403, Caller.NO_BROWSER),

@@ -5,8 +5,9 @@ One pure decision, `decide`, over plain facts of a request (`Facts`) and the con
 to every request before any handler or key check runs, and handlers never re-check it.
 
 - **Host**: while the router listens on a loopback address (or whenever
-  `security.allowedHosts` is set), a request whose `Host` is not a loopback name or address,
-  nor an allowed host, is refused 403. A page on `attacker.example` rebound to 127.0.0.1
+  `security.allowedHosts` is set), a request whose `Host` is a name other than a loopback
+  one (`localhost`, `*.localhost`) or an allowed host is refused 403; an address is always
+  accepted, since rebinding needs a name. A page on `attacker.example` rebound to 127.0.0.1
   still sends `Host: attacker.example`, so it never reads a byte.
 - **Origin**: a browser's request carries `Origin` (and `Sec-Fetch-Site`). Same-origin,
   loopback origins (`http://localhost:3000`, as Ollama allows) and `security.cors.allowedOrigins`
@@ -170,12 +171,21 @@ def split_host(header: str) -> tuple[str, int | None]:
     return name.rstrip("."), port
 
 
+def _is_address(name: str) -> bool:
+    """An address written as such: no DNS answer stands behind it, so no rebinding either."""
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 def _host_refusal(facts: Facts, security: Security) -> str | None:
     allowed = security.allowed_hosts
     if facts.host is None or "*" in allowed or not (facts.listen_loopback or allowed):
         return None
     name, _ = split_host(facts.host)
-    if is_loopback_host(name) or name in allowed:
+    if is_loopback_host(name) or _is_address(name) or name in allowed:
         return None
     shown = facts.host.encode("ascii", "backslashreplace").decode()[:200]
     return (
