@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import shlex
 
+MAX_COMMAND = 128 << 10
+"""Characters a command may have (Linux runs no argument past 128 KiB): shlex takes time
+that grows with the square of a word's length, minutes for a few MiB."""
+
 
 def strip_comment_lines(text: str) -> str:
     """Drop lines whose trimmed text starts with `#` (users keep notes inside `cmd`)."""
@@ -13,10 +17,13 @@ def strip_comment_lines(text: str) -> str:
 def split_command(text: str) -> list[str]:
     """Comment lines dropped, trailing-backslash lines joined, then split shell-style (POSIX).
 
-    Raises ValueError on an unbalanced quote.
+    Raises ValueError on an unbalanced quote or a command past `MAX_COMMAND`.
     """
+    text = strip_comment_lines(text)
+    if len(text) > MAX_COMMAND:
+        raise ValueError(f"the command is longer than {MAX_COMMAND >> 10} KiB; no command needs that much")
     lines = []
-    for line in strip_comment_lines(text).split("\n"):
+    for line in text.split("\n"):
         trimmed = line.strip()
         # shlex would keep the newline after a backslash as a literal character.
         lines.append(trimmed[:-1] + " " if trimmed.endswith("\\") else line)

@@ -23,7 +23,7 @@ from swaplab.config import macros as macro_rules
 from swaplab.config.checks import check_devices, check_names
 from swaplab.config.cmd import strip_comment_lines
 from swaplab.config.groups import read_preload
-from swaplab.config.macros import Macro
+from swaplab.config.macros import ExpansionBudget, Macro
 from swaplab.config.merge import merge_trees
 from swaplab.config.model import Config
 from swaplab.config.models import ModelDefaults, read_models
@@ -152,8 +152,9 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
         "macros",
         findings.fault,
     )
-    global_chain = macro_rules.resolve_chain(global_macros)
-    root = _expand_top_level(root, global_macros, global_chain, findings)
+    budget = macro_rules.ExpansionBudget()
+    global_chain = macro_rules.resolve_chain(global_macros, budget)
+    root = _expand_top_level(root, global_macros, global_chain, findings, budget)
     top = YamlSection(findings, root, ())
     top.entry("macros")
 
@@ -171,7 +172,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
         settings.heartbeat_interval,
         settings.start_port,
     )
-    models = read_models(top.section("models"), global_macros, model_defaults, lines)
+    models = read_models(top.section("models"), global_macros, model_defaults, lines, budget)
     peers = read_peers(top.section("peers"))
     names = Names(models, peers)
     routing = read_routing(top, models, model_entries, names)
@@ -234,7 +235,9 @@ KNOWN_TOP_LEVEL = (
 """The top-level settings whose leftover `${...}` is a fault (llama-swap checks the ones it knows)."""
 
 
-def _expand_top_level(root: Item, global_macros: list[Macro], chain: dict[str, Macro], findings: Findings) -> Item:
+def _expand_top_level(
+    root: Item, global_macros: list[Macro], chain: dict[str, Macro], findings: Findings, budget: ExpansionBudget
+) -> Item:
     """Every top-level value but `models` and `macros` with the global macros expanded, as llama-swap
     does (`startPort: ${base}`, `hooks.on_startup.preload`, `peers`, `routing`, ...); a `${...}`
     left in a known setting is a fault."""
@@ -244,9 +247,9 @@ def _expand_top_level(root: Item, global_macros: list[Macro], chain: dict[str, M
             entries[key] = entry
             continue
         if key in KNOWN_TOP_LEVEL:
-            item = macro_rules.expand_global(entry.item, key, global_macros, chain, findings.fault)
+            item = macro_rules.expand_global(entry.item, key, global_macros, chain, findings.fault, budget)
         else:
-            item = macro_rules.expand(entry.item, chain)
+            item = macro_rules.expand(entry.item, chain, budget)
         entries[key] = Entry(key, entry.key_line, item)
     return root.with_value(entries)
 

@@ -7,6 +7,11 @@ The global macros expand in every string value of every top-level setting except
 `models` (which gets MODEL_ID, the globals and its own), map keys excepted: only a
 model's `filters.setParamsByID` keys are expanded (`expand_keys`). Faults use
 llama-swap's words (`unknown macro '${X}' found in m.cmd`) at the line of the `${X}`.
+
+Substitution builds text within limits (`ExpansionBudget`): macros that double each
+other (`m1: "${m0}${m0}"`, forty deep) would otherwise fill the memory, so a string past
+`MAX_STRING` or a load's strings past `MAX_EXPANDED` in all stop the load with a fault
+naming the macro, before the text is built.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swaplab.config.tree import Entry, Item, scalar_text, to_plain
+from swaplab.config.tree import Entry, Item, file_of, scalar_text, to_plain
 from swaplab.config.yamltree import resolve_plain
+from swaplab.errors import ConfigError, Fault
 
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
 MAX_NAME_LENGTH = 63
@@ -31,6 +37,30 @@ RESERVED = ("PORT", "PID", "MODEL_ID")
 
 Report = Callable[[int, str], None]
 """Records a fault: (line, message)."""
+MAX_STRING = 1 << 20
+"""Characters one string (a macro's value, a setting) may have once macros are substituted."""
+MAX_EXPANDED = 4 << 20
+"""Characters that substituting macros may build in one config load, every string together."""
+
+
+class ExpansionBudget:
+    """What is left of one config load's `MAX_EXPANDED`: one budget serves the whole load."""
+
+    def __init__(self, total: int = MAX_EXPANDED):
+        self.left = total
+
+    def spend(self, size: int, line: int, name: str, where: str | None) -> None:
+        """Take `size` characters for the string at `line` (`where`: the macro it is the value of)
+        that `${name}` grows most; past a limit, the load stops with that fault (a ConfigError)."""
+        subject = f"{where}: macro '${{{name}}}' expands it" if where else f"macro '${{{name}}}' expands this value"
+        if size > MAX_STRING:
+            message = f"{subject} past {MAX_STRING >> 20} MiB; no setting needs that much text"
+        elif size > self.left:
+            message = f"{subject}, and the macros' text passes {MAX_EXPANDED >> 20} MiB in all; no config needs that"
+        else:
+            self.left -= size
+            return
+        raise ConfigError([Fault(file_of(line, "<config>"), line, message)])
 
 
 @dataclass(frozen=True)
@@ -170,31 +200,35 @@ def merge(global_macros: list[Macro], model_macros: list[Macro], model_id: str |
     return merged
 
 
-def resolve_chain(macros: list[Macro]) -> dict[str, Macro]:
+def resolve_chain(macros: list[Macro], budget: ExpansionBudget) -> dict[str, Macro]:
     """Each macro's value with the macros declared before it substituted (nesting)."""
     resolved: dict[str, Macro] = {}
     for macro in macros:
-        value = _substitute_string(macro.value, resolved) if isinstance(macro.value, str) else macro.value
+        value = macro.value
+        if isinstance(value, str):
+            value = _substitute_string(value, resolved, budget, macro.line, macro.where or macro.name)
         resolved[macro.name] = Macro(macro.name, value, macro.line, macro.written, macro.where)
     return resolved
 
 
-def expand(item: Item, macros: Mapping[str, Macro]) -> Item:
+def expand(item: Item, macros: Mapping[str, Macro], budget: ExpansionBudget) -> Item:
     """`item` with macros substituted in every string value (not in map keys), each result
     located where it was written; a string that is exactly `${name}` takes the macro's type."""
     if item.is_mapping:
         return item.with_value(
-            {key: Entry(key, entry.key_line, expand(entry.item, macros)) for key, entry in item.value.items()}
+            {key: Entry(key, entry.key_line, expand(entry.item, macros, budget)) for key, entry in item.value.items()}
         )
     if item.is_sequence:
-        return item.with_value([expand(child, macros) for child in item.value])
+        return item.with_value([expand(child, macros, budget) for child in item.value])
     if not isinstance(item.value, str) or "${" not in item.value:
         return item
-    value = _substitute_string(item.value, macros)
+    value = _substitute_string(item.value, macros, budget, item.line)
     return item if value is item.value else item.with_value(value)
 
 
-def expand_keys(item: Item, macros: Mapping[str, Macro]) -> tuple[Item, list[tuple[int, str, str]]]:
+def expand_keys(
+    item: Item, macros: Mapping[str, Macro], budget: ExpansionBudget
+) -> tuple[Item, list[tuple[int, str, str]]]:
     """A mapping with macros substituted in its keys (llama-swap does this for a model's
     `filters.setParamsByID` only), and (line, first key, second key) for two keys that
     became the same."""
@@ -202,7 +236,7 @@ def expand_keys(item: Item, macros: Mapping[str, Macro]) -> tuple[Item, list[tup
     written: dict[str, str] = {}
     clashes = []
     for key, entry in item.value.items():
-        text = _substitute_string(key, macros)
+        text = _substitute_string(key, macros, budget, entry.key_line)
         new_key = text if isinstance(text, str) else scalar_text(text)
         if new_key in entries:
             clashes.append((entry.key_line, written[new_key], key))
@@ -212,10 +246,24 @@ def expand_keys(item: Item, macros: Mapping[str, Macro]) -> tuple[Item, list[tup
     return item.with_value(entries), clashes
 
 
-def _substitute_string(text: str, macros: Mapping[str, Macro]) -> Any:
+def _substitute_string(
+    text: str, macros: Mapping[str, Macro], budget: ExpansionBudget, line: int, where: str | None = None
+) -> Any:
     whole = MACRO_REFERENCE.fullmatch(text)
     if whole and whole.group(1) in macros:
         return macros[whole.group(1)].value
+    # The result's size is known before it is built, so a bomb is refused without building it.
+    size, grows_most, longest = len(text), None, -1
+    for match in MACRO_REFERENCE.finditer(text):
+        macro = macros.get(match.group(1))
+        if macro is not None:
+            length = len(scalar_text(macro.value))
+            size += length - len(match.group(0))
+            if length > longest:
+                grows_most, longest = macro.name, length
+    if grows_most is None:
+        return text
+    budget.spend(size, line, grows_most, where)
 
     def replace(match: re.Match[str]) -> str:
         macro = macros.get(match.group(1))
@@ -268,10 +316,17 @@ def explain_unresolved(
     return item.line, message
 
 
-def expand_global(item: Item, path: str, global_macros: list[Macro], chain: Mapping[str, Macro], report: Report) -> Item:
+def expand_global(
+    item: Item,
+    path: str,
+    global_macros: list[Macro],
+    chain: Mapping[str, Macro],
+    report: Report,
+    budget: ExpansionBudget,
+) -> Item:
     """A top-level setting (anything but `models`) with the global macros substituted; a
     `${...}` left over is a fault, as llama-swap checks the settings it knows."""
-    expanded = expand(item, chain)
+    expanded = expand(item, chain, budget)
     for holder, name, where in references(expanded, path):
         if ENV_NAME.match(name):
             continue  # reported as an unset variable already

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from swaplab.config import macros as macro_rules
 from swaplab.config.cmd import split_command
-from swaplab.config.macros import ENV_NAME, Macro, Report
+from swaplab.config.macros import ENV_NAME, ExpansionBudget, Macro, Report
 from swaplab.config.model import Capabilities, ModelConfig
 from swaplab.config.sleep import read_sleep
 from swaplab.config.tree import Entry, Item, file_of, to_plain
@@ -43,7 +43,11 @@ class ModelDefaults:
 
 
 def read_models(
-    section: YamlSection | None, global_macros: list[Macro], defaults: ModelDefaults, lines: Mapping[str, list[str]]
+    section: YamlSection | None,
+    global_macros: list[Macro],
+    defaults: ModelDefaults,
+    lines: Mapping[str, list[str]],
+    budget: ExpansionBudget,
 ) -> dict[str, ModelConfig]:
     """Every model that resolves, in the file's order; `lines` are the file's, for each entry's text.
 
@@ -62,7 +66,7 @@ def read_models(
             section.fault(entry, f"expected a mapping of model settings (cmd, proxy, ...), got {shown(entry.item)}")
             continue
         model, uses_port, params_lines[model_id] = _model(
-            section, model_id, entry, global_macros, defaults, next_port, lines
+            section, model_id, entry, global_macros, defaults, next_port, lines, budget
         )
         resolved[model_id] = model
         if uses_port:
@@ -114,24 +118,25 @@ def _model(
     defaults: ModelDefaults,
     port: int,
     lines: Mapping[str, list[str]],
+    budget: ExpansionBudget,
 ) -> tuple[ModelConfig, bool, dict[str, int]]:
     path = f"models.{model_id}"
     report = models.findings.fault
     model_macros = macro_rules.read_macros(entry.item.value.get("macros"), f"{path}.macros", report, model_id)
     chain_list = macro_rules.merge(global_macros, model_macros, model_id)
-    chain = macro_rules.resolve_chain(chain_list)
+    chain = macro_rules.resolve_chain(chain_list, budget)
 
     entries = dict(entry.item.value)
     proxy_defaulted = "proxy" not in entries or entries["proxy"].item.value is None
     if proxy_defaulted:
         entries["proxy"] = Entry("proxy", entry.key_line, Item(DEFAULT_PROXY, entry.key_line, source=DEFAULT_PROXY))
-    expanded = _expand(entries, chain, model_id, report)
+    expanded = _expand(entries, chain, model_id, report, budget)
 
     # ${PORT} is handed out only to a model whose cmd asks for one (llama-swap's rule).
     cmd_text = expanded["cmd"].item.value if "cmd" in expanded else None
     uses_port = isinstance(cmd_text, str) and "${PORT}" in cmd_text
     if uses_port:
-        expanded = _expand(expanded, {"PORT": Macro("PORT", port, 0, port, "PORT")}, model_id, report)
+        expanded = _expand(expanded, {"PORT": Macro("PORT", port, 0, port, "PORT")}, model_id, report, budget)
     _check_params_keys(expanded, model_id, report)
 
     for key, child in expanded.items():
@@ -151,15 +156,17 @@ def _params_key_lines(expanded: dict[str, Entry]) -> dict[str, int]:
     return {key: child.key_line for key, child in _params_by_id(expanded).items()}
 
 
-def _expand(entries: dict[str, Entry], chain: dict[str, Macro], model_id: str, report: Report) -> dict[str, Entry]:
+def _expand(
+    entries: dict[str, Entry], chain: dict[str, Macro], model_id: str, report: Report, budget: ExpansionBudget
+) -> dict[str, Entry]:
     """Every value but `macros` with `chain` substituted, and the keys of `filters.setParamsByID`."""
     expanded: dict[str, Entry] = {}
     for key, child in entries.items():
-        item = child.item if key == "macros" else macro_rules.expand(child.item, chain)
+        item = child.item if key == "macros" else macro_rules.expand(child.item, chain, budget)
         if key == PARAMS_BY_ID[0] and item.is_mapping:
             by_id = item.value.get(PARAMS_BY_ID[1])
             if by_id is not None and by_id.item.is_mapping:
-                keyed, clashes = macro_rules.expand_keys(by_id.item, chain)
+                keyed, clashes = macro_rules.expand_keys(by_id.item, chain, budget)
                 for line, first, second in clashes:
                     report(
                         line,

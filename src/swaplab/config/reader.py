@@ -36,16 +36,29 @@ PLAIN_NAMES: Mapping[type, str] = {
 """Plain data's kinds in words (bool before int: a bool is an int to Python)."""
 
 
+MAX_FILE_BYTES = 4 << 20
+"""The largest config file read (a real one is a few KiB; /dev/zero never ends)."""
+
+
 def read_text(path: str | Path) -> str:
-    """A config file's text; a missing, unreadable or non-UTF-8 file is a ConfigError at its line 1."""
+    """A config file's text; a missing, unreadable, oversized or non-UTF-8 file is a ConfigError
+    (bytes that are not UTF-8 at their line)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError([Fault(str(path), 1, "no such file")]) from None
-    except UnicodeDecodeError as error:
-        raise ConfigError([Fault(str(path), 1, f"not UTF-8 text ({error.reason})")]) from None
     except OSError as error:
         raise ConfigError([Fault(str(path), 1, f"cannot read: {error.strerror or error}")]) from None
+    if len(data) > MAX_FILE_BYTES:
+        message = f"the file is larger than {MAX_FILE_BYTES >> 20} MiB, too large for a config"
+        raise ConfigError([Fault(str(path), 1, message)])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        message = f"the file is not UTF-8 text: byte 0x{data[error.start]:02x} ({error.reason})"
+        raise ConfigError([Fault(str(path), line, message)]) from None
 
 
 def describe(value: Any, names: Mapping[type, str] = PLAIN_NAMES) -> str:
