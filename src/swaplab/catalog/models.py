@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from swaplab.config import Config
+from swaplab.config.redact import config_secrets, entry_text, redact_text
 from swaplab.notes.names import config_model_names, name_index
 from swaplab.notes.folder import Note
 
@@ -34,7 +35,7 @@ class CatalogModel:
     peer: str = ""
     peer_proxy: str = ""
     entry: str = ""
-    """The config entry as written, comments included (local models only)."""
+    """The config entry as written, comments included, its secrets masked (local models only)."""
     entry_line: int = 0
     survives_in: tuple[str, ...] = ()
     """For a retired id: `results` and/or `notes`."""
@@ -50,6 +51,7 @@ def catalog_models(config: Config, recorded: Iterable[tuple[str, str | None]], n
     `recorded` is the (model, requested_model) pair of each run in the store.
     """
     names = config_model_names(config)
+    secrets = config_secrets(config)
     models: list[CatalogModel] = []
     for model in config.models.values():
         models.append(
@@ -61,7 +63,7 @@ def catalog_models(config: Config, recorded: Iterable[tuple[str, str | None]], n
                 description=model.description,
                 aliases=model.aliases,
                 devices=tuple(_device(config, device, model.vram_gib.get(device)) for device in model.devices),
-                entry=model.raw_text,
+                entry=entry_text(model, secrets),
                 entry_line=model.line,
             )
         )
@@ -71,7 +73,7 @@ def catalog_models(config: Config, recorded: Iterable[tuple[str, str | None]], n
             models.append(
                 CatalogModel(
                     id=qualified, names=names[qualified], origin="peer", aliases=names[qualified][1:],
-                    peer=peer.id, peer_proxy=peer.proxy,
+                    peer=peer.id, peer_proxy=redact_text(peer.proxy, secrets),
                 )
             )
     models += retired_models(set(name_index(names)), recorded, notes)

@@ -10,9 +10,8 @@ from typing import Any
 
 from swaplab.config.loader import load_config_sources
 from swaplab.config.model import Config, ModelConfig
+from swaplab.config.redact import REDACTED, redact_argv, redact_env
 from swaplab.errors import ConfigError, SwaplabError, UnknownModelError
-
-REDACTED = "***"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -119,4 +118,8 @@ def resolved_document(config: Config) -> dict[str, Any]:
 def model_document(model: ModelConfig) -> dict[str, Any]:
     document = dataclasses.asdict(model)
     del document["raw_text"]  # the source, not a setting; the catalogue shows it
+    document["cmd"] = list(redact_argv(model.cmd))
+    if model.cmd_stop is not None:
+        document["cmd_stop"] = list(redact_argv(model.cmd_stop))
+    document["env"] = [list(entry) for entry in redact_env(model.env)]
     return document

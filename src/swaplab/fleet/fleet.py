@@ -38,6 +38,7 @@ from typing import Any
 import aiohttp
 
 from swaplab.config.model import Config
+from swaplab.config.redact import config_secrets
 from swaplab.errors import BackendStartError
 from swaplab.fleet.backend import Backend, Run, State
 from swaplab.fleet.devices import DeviceProbe, free_gib
@@ -656,6 +657,7 @@ class Fleet:
     def status(self) -> list[dict[str, Any]]:
         """One entry per model that is not stopped, is waiting to start, or has a failure to report."""
         entries = []
+        secrets = config_secrets(self.config)
         now = time.monotonic()
         for backend in sorted(self._backends.values(), key=lambda b: b.id):  # llama-swap's order
             queued = sum(1 for w in self._waiting if w.model == backend.id)
@@ -670,6 +672,7 @@ class Fleet:
                 claim=claims(self.config, backend.id),
                 now=now,
                 host_gib=self._host_cost(backend) if backend.model.sleep is not None else None,
+                secrets=secrets,
             ))
         return entries
 

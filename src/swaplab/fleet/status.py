@@ -5,11 +5,11 @@ Pure functions over what the fleet hands them; reading a backend changes nothing
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from swaplab.config.model import Config
+from swaplab.config.redact import command_text
 from swaplab.fleet.backend import SLEEP_FAULT_LIMIT, Backend, State
 from swaplab.fleet.devices import DeviceReading
 
@@ -23,13 +23,18 @@ def backend_entry(
     claim: dict[int, float | None],
     now: float,
     host_gib: float | None = None,
+    secrets: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """A backend's state, load and last failure; `waiting` is why its queued requests wait, if known."""
+    """A backend's state, load and last failure; `waiting` is why its queued requests wait, if known.
+
+    Its `cmd` is shown with its secrets masked (`config.redact.command_text`): secret flags' and
+    assignments' values, and `secrets` (the config's keys) wherever they appear.
+    """
     model = backend.model
     entry: dict[str, Any] = {  # llama-swap's fields first, then swaplab's
         "model": backend.id,
         "state": str(backend.state),
-        "cmd": shlex.join(model.cmd),
+        "cmd": command_text(model.cmd, secrets),
         "proxy": model.proxy,
         "ttl": model.ttl,
         "name": model.name,

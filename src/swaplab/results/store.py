@@ -178,6 +178,7 @@ def connect(path: str | os.PathLike[str] | None = None, *, migrations: Sequence[
     """
     target = Path(path) if path is not None else default_path()
     target.parent.mkdir(parents=True, exist_ok=True)
+    create_private(target)
     connection = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
         connection.row_factory = sqlite3.Row
@@ -191,6 +192,21 @@ def connect(path: str | os.PathLike[str] | None = None, *, migrations: Sequence[
         connection.close()
         raise
     return connection
+
+
+def create_private(target: Path) -> None:
+    """Create the store's file readable and writable by its owner only (0600), if it does not exist yet.
+
+    It holds what clients asked and were answered; SQLite would create it 0644. Its `-wal` and
+    `-shm` files take the database file's mode, so they are private too. A file that exists
+    keeps the mode its owner gave it.
+    """
+    if str(target) == ":memory:":
+        return
+    try:
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def schema_version(connection: sqlite3.Connection) -> int:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from swaplab.config.redact import secret_name
+
 log = logging.getLogger("swaplab.router")
 
 MIB = 1024 * 1024
@@ -181,7 +183,8 @@ def header_map(headers: Iterable[tuple[str, str]], secrets: Iterable[str] = ()) 
     """Headers as llama-swap captures them: Go's canonical names, the first value of each, credentials redacted.
 
     Redacted: llama-swap's `sensitiveHeaders` (`SENSITIVE_HEADERS`; not `auth.CREDENTIAL_HEADERS`,
-    the two that carry the router's own key), and any header whose
+    the two that carry the router's own key), any header whose name names a secret
+    (`config.redact.secret_name`: `X-Goog-Api-Key`, `X-Auth-Token`), and any header whose
     value contains one of `secrets` (the config's `apiKeys`, the peers' `apiKey`s).
     """
     secrets = [secret for secret in secrets if secret]
@@ -190,7 +193,7 @@ def header_map(headers: Iterable[tuple[str, str]], secrets: Iterable[str] = ()) 
         key = canonical_header(name)
         if key in flat:
             continue
-        if key in _CANONICAL_SENSITIVE:
+        if key in _CANONICAL_SENSITIVE or secret_name(key):
             value = REDACTED
         else:
             for secret in secrets:
@@ -210,11 +213,6 @@ def canonical_header(name: str) -> str:
 
 
 _CANONICAL_SENSITIVE = frozenset(canonical_header(name) for name in SENSITIVE_HEADERS)
-
-
-def secrets_of(api_keys: Iterable[str], peer_keys: Iterable[str]) -> tuple[str, ...]:
-    """The values redacted wherever they appear in a captured header."""
-    return tuple(key for key in (*api_keys, *peer_keys) if key)
 
 
 def _decoded(headers: Mapping[str, str], body: bytes) -> tuple[Mapping[str, str], bytes]:

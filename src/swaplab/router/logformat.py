@@ -8,10 +8,15 @@ line per request in llama-swap's access-log format.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import logging
+import re
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+
+from swaplab.config.security import Network
 
 # llama-swap.go's table: name -> Go layout.
 LAYOUTS = {
@@ -152,24 +157,88 @@ UNLOGGED_PREFIXES = ("/wol-health", "/api/performance", "/metrics")
 
 class RequestLog(AbstractAccessLogger):
     """`logRequests: true`: one line per request, as llama-swap's request log writes it:
-    `Request IP "METHOD PATH PROTO" STATUS BYTES "USER-AGENT" DURATION`."""
+    `Request IP "METHOD PATH PROTO" STATUS BYTES "USER-AGENT" DURATION`.
+
+    PATH is the path as the client sent it, still percent-encoded, without its query (whose
+    values may be keys), control characters escaped: a `%0a` or a raw newline cannot forge a
+    line, nor an escape sequence reach a terminal. IP is the peer's address, or the client a
+    trusted proxy names (`security.trustedProxies`, `client_address`). aiohttp makes one per
+    connection from the class alone: `request_log` binds the config to a subclass.
+    """
+
+    @staticmethod
+    def trusted_proxies() -> Sequence[Network]:
+        return ()
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         if request.path.startswith(UNLOGGED_PREFIXES):
             return
         version = f"HTTP/{request.version.major}.{request.version.minor}"
+        address = client_address(
+            request.remote or "", request.headers.get("X-Forwarded-For"), request.headers.get("X-Real-IP"),
+            self.trusted_proxies(),
+        )
         self.logger.info(
-            'Request %s "%s %s %s" %d %d "%s" %s', client_address(request), request.method, request.path, version,
-            response.status, response.body_length, request.headers.get("User-Agent", ""), go_duration(time),
+            'Request %s "%s %s %s" %d %d "%s" %s', log_safe(address), log_safe(request.method),
+            log_safe(request.raw_path.partition("?")[0]), version, response.status, response.body_length,
+            log_safe(request.headers.get("User-Agent", "")), go_duration(time),
         )
 
 
-def client_address(request: web.BaseRequest) -> str:
-    """The first `X-Forwarded-For` address, else `X-Real-IP`, else the peer's."""
-    forwarded = request.headers.get("X-Forwarded-For")
-    if forwarded:
-        return forwarded.split(",", 1)[0].strip()
-    real = request.headers.get("X-Real-IP")
-    if real:
-        return real.strip()
-    return request.remote or ""
+def request_log(trusted_proxies: Callable[[], Sequence[Network]]) -> type[RequestLog]:
+    """`RequestLog` believing `X-Forwarded-For` from the peers `trusted_proxies()` names (read per request, so a
+    reload counts)."""
+    return type("RequestLog", (RequestLog,), {"trusted_proxies": staticmethod(trusted_proxies)})
+
+
+_UNSAFE = re.compile(r'[\x00-\x1f\x7f-\x9f"\\\u2028\u2029]')
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
+
+def log_safe(text: str) -> str:
+    """`text` fit for one log line inside quotes: control characters as `\\n`, `\\x1b`, ...; `"` and `\\` escaped."""
+    return _UNSAFE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    character = match.group(0)
+    if character in _ESCAPES:
+        return _ESCAPES[character]
+    return f"\\x{ord(character):02x}" if ord(character) < 0x100 else f"\\u{ord(character):04x}"
+
+
+def client_address(
+    peer: str, forwarded_for: str | None, real_ip: str | None, trusted_proxies: Sequence[Network]
+) -> str:
+    """The client's address: the peer's, unless the peer is a trusted proxy.
+
+    A trusted proxy's `X-Forwarded-For` is read from its right end (the hop it appended), each
+    hop believed only while the one after it is trusted too, so a client cannot name itself by
+    sending a header of its own; without one, a trusted proxy's `X-Real-IP`. A hop that is not
+    an address ends the walk at the last one that was.
+    """
+    if not _trusted(peer, trusted_proxies):
+        return peer
+    hops = [hop.strip() for hop in (forwarded_for or "").split(",") if hop.strip()]
+    if not hops and real_ip and _address(real_ip.strip()) is not None:
+        return real_ip.strip()
+    address = peer
+    for hop in reversed(hops):
+        if _address(hop) is None:
+            break
+        address = hop
+        if not _trusted(hop, trusted_proxies):
+            break
+    return address
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _trusted(text: str, trusted_proxies: Sequence[Network]) -> bool:
+    address = _address(text)
+    return address is not None and any(address in network for network in trusted_proxies)

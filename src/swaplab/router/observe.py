@@ -85,7 +85,9 @@ class RequestObservation:
         metadata: dict[str, str] | None = None,
     ):
         self.model = model
-        self.path = path
+        # Recorded without its query: a `?token=...` must not reach the store (nor does llama-swap keep it).
+        self.path = path.partition("?")[0]
+        """The path as the upstream got it, without the query."""
         self.peer = peer
         self.requested_model = requested_model
         self.on_end = on_end
