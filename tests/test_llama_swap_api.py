@@ -153,7 +153,7 @@ async def test_in_flight_requests_are_listed_and_a_cancel_ends_one_as_a_disconne
             await stream.until("inflight")  # the opening snapshot
             body = {"model": "alpha", "stream": True, "max_tokens": 200, "messages": MESSAGES}
             async with session.post(f"{url}/v1/chat/completions", json=body,
-                                    headers={"Authorization": "Bearer sk-secret"}) as slow:
+                                    headers={"Authorization": "Bearer sk-secret", "X-Forwarded-For": "6.6.6.6"}) as slow:
                 await slow.content.readline()  # it streams
                 upsert = await stream.until("inflight", lambda m: m["operation"] == "upsert")
                 entry = upsert["request"]
@@ -162,6 +162,8 @@ async def test_in_flight_requests_are_listed_and_a_cancel_ends_one_as_a_disconne
                 assert (entry["model"], entry["requested_model"], entry["method"]) == ("a", "alpha", "POST")
                 assert entry["req_path"] == "/v1/chat/completions"
                 assert entry["req_headers"]["Authorization"] == "[REDACTED]"
+                # A client names itself in X-Forwarded-For; only a security.trustedProxies peer is believed.
+                assert entry["remote_ip"] == "127.0.0.1"
 
                 async with session.post(f"{url}/api/inflight/{entry['id']}/cancel") as cancelled:
                     assert cancelled.status == 200 and await cancelled.json() == {"msg": "ok"}

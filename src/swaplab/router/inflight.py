@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from swaplab.config.security import Network
 from swaplab.router.captures import header_map
 from swaplab.router.events import EventHub
+from swaplab.router.logformat import client_address
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -47,8 +49,13 @@ class Flight:
 class InFlight:
     """The requests between their arrival and their end, by id (a decimal string, as llama-swap's)."""
 
-    def __init__(self, events: EventHub, secrets: Callable[[], tuple[str, ...]]):
+    def __init__(
+        self, events: EventHub, secrets: Callable[[], tuple[str, ...]],
+        trusted_proxies: Callable[[], Sequence[Network]] = tuple,
+    ):
         self._events = events
+        self._trusted_proxies = trusted_proxies
+        """`security.trustedProxies`: whose `X-Forwarded-For` names the client in `remote_ip`."""
         self._secrets = secrets
         self._flights: dict[int, Flight] = {}
         self._ids = itertools.count(1)
@@ -117,7 +124,10 @@ class InFlight:
             "req_path": request.path,
             "method": request.method,
             "req_headers": header_map(request.headers.items(), secrets),
-            "remote_ip": _remote_ip(request),
+            "remote_ip": client_address(
+                request.remote or "", request.headers.get("X-Forwarded-For"), request.headers.get("X-Real-IP"),
+                self._trusted_proxies(),
+            ),
             "resp_headers": header_map(response.headers.items(), secrets) if sent else {},
             "resp_bytes": observation.sent_bytes,
             "elapsed_ms": int(observation.elapsed() * 1000),
@@ -159,12 +169,3 @@ class InFlight:
         """A listener connected: keep its view of growing responses current."""
         if self._flights:
             self._tick_soon()
-
-
-def _remote_ip(request: web.Request) -> str:
-    """llama-swap's: the first `X-Forwarded-For`, else `X-Real-IP`, else the peer's address."""
-    forwarded = request.headers.get("X-Forwarded-For", "").split(",")[0].strip()
-    if forwarded:
-        return forwarded
-    real = request.headers.get("X-Real-IP", "").strip()
-    return real or (request.remote or "")
