@@ -19,7 +19,7 @@ from swaplab.router.logformat import console_formatter, format_go_time, go_durat
 from swaplab.router.profiles import ActivationError, ProfileSwitch, listing, parse_activation, upstream_pin
 from swaplab.router.responses import llama_swap_error
 from swaplab.router.selectors import Candidate, NoTarget, Selectors, choose_spillover, choose_warm
-from swaplab.router.targets import model_from_body, replace_form_field, replace_multipart_field
+from swaplab.router.targets import UnreadableBody, model_from_body, replace_form_field, replace_multipart_field
 
 
 def model(model_id: str, **fields) -> ModelConfig:
@@ -317,9 +317,12 @@ def test_urlencoded_form_names_its_model_and_is_rewritten():
     assert model_from_body(form, rewritten)[0] == "qwen/coder 7b"
     assert b"prompt=a+b%26c" in rewritten and b"empty=" in rewritten
     assert replace_form_field(form, b"prompt=x", "model", "y") == b"prompt=x"  # no field: untouched
-    # curl -d sends JSON labelled as a form: it is read as JSON
-    assert model_from_body(form, b'{"model": "a"}') == ("a", {"model": "a"})
-    assert model_from_body("text/plain", b"model=a") == (None, None)
+    # curl -d sends JSON labelled as a form: it is told to say application/json, as text/plain is
+    with pytest.raises(UnreadableBody, match="curl -H 'Content-Type: application/json'") as refused:
+        model_from_body(form, b'{"model": "a"}')
+    assert refused.value.status == 415
+    with pytest.raises(UnreadableBody, match="Content-Type is text/plain, which this route does not read"):
+        model_from_body("text/plain", b"model=a")
 
 
 def test_llama_swap_error_bodies():

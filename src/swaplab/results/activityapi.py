@@ -110,7 +110,11 @@ _GO_INTEGER = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi takes
 _GO_INT_MAX = 2**63 - 1
 
 
-class ActivityQueryError(SwaplabError, ValueError):
+class QueryParameterError(SwaplabError, ValueError):
+    """A query parameter (or a path's id) that its route cannot take, answered 400; the message says which and why."""
+
+
+class ActivityQueryError(QueryParameterError):
     """A query parameter llama-swap answers with 400; the message is llama-swap's."""
 
 
@@ -338,6 +342,15 @@ def _first(query: QueryParameters, name: str) -> str:
     """The first value of `name`, trimmed; "" when absent (Go's URL.Query().Get)."""
     values = _values(query, name)
     return values[0].strip() if values else ""
+
+
+def whole_number(raw: str, name: str, low: int, high: int) -> int:
+    """`raw`, the value of parameter `name`, as a whole number from `low` to `high`, read as Go's
+    strconv.Atoi reads it (ASCII digits, a sign); QueryParameterError saying what it must be otherwise."""
+    value = _go_integer(raw)
+    if value is None or not low <= value <= high:
+        raise QueryParameterError(f"{name} must be a whole number from {low} to {high}, not {raw[:40]!r}")
+    return value
 
 
 def _go_integer(raw: str) -> int | None:

@@ -59,7 +59,7 @@ def parse_activation(body: bytes) -> str | None | ActivationError:
     text = body.decode(errors="replace").lstrip()
     try:
         document, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json reads
         return ActivationError(400, "invalid profile request")
     if document is None:
         document = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 from email.message import Message
@@ -12,6 +13,7 @@ from email.policy import HTTP
 import orjson
 
 from swaplab.config.model import Config, PeerConfig
+from swaplab.errors import SwaplabError
 
 # The routes whose requests name a model and go to its server.
 MODEL_ROUTES = (
@@ -112,35 +114,86 @@ def split_upstream_path(config: Config, tail: str) -> tuple[str, str] | None:
 
 
 FORM_URLENCODED = "application/x-www-form-urlencoded"
+MULTIPART = "multipart/form-data"
+# orjson's own bound on nesting: a body past it is refused, not read by json's fallback,
+# whose recursion would end in a RecursionError.
+MAX_JSON_DEPTH = 1024
 
 
-def model_from_body(content_type: str, body: bytes) -> tuple[str | None, dict | None]:
+class UnreadableBody(SwaplabError):
+    """A request body the router cannot read; `status` is the HTTP answer (400, or 415 for its Content-Type)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def model_from_body(content_type: str | None, body: bytes) -> tuple[str | None, dict | None]:
     """The `model` named by a JSON body, a multipart form or a urlencoded form; also the parsed JSON object, if any.
 
-    A body that parses as a JSON object is JSON whatever its Content-Type says: `curl -d`
-    labels JSON as a urlencoded form unless told otherwise (llama-swap reads JSON only
-    under `application/json`; docs/config.md, "differs").
+    JSON is read under `application/json`, a `+json` type, or no Content-Type at all (a
+    script's client); forms under their two types. Any other Content-Type is refused
+    (415): a browser sends `text/plain` to another site without asking first, so such a
+    body must never reach a model as JSON. UnreadableBody says what is wrong.
     """
     if not body:
         return None, None
-    if content_type.startswith("multipart/form-data"):
-        return _model_from_multipart(content_type, body), None
-    if body[:1] in (b"{", b" ", b"\n", b"\r", b"\t"):
-        try:
-            # Every request's body is parsed on its way to the first byte, and a 64k-token
-            # prompt is 300 KB of JSON: orjson reads it in a fifth of json's time.
-            document = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            try:  # what orjson refuses and json takes: NaN, integers beyond 64 bits
-                document = json.loads(body)
-            except ValueError:
-                return None, None
-        if isinstance(document, dict):
-            model = document.get("model")
-            return (model if isinstance(model, str) else None), document
-    if FORM_URLENCODED in content_type:
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media == MULTIPART:
+        return _model_from_multipart(content_type or "", body), None
+    if media == FORM_URLENCODED:
+        if body.lstrip()[:1] in (b"{", b"["):  # curl -d's default type, on a JSON body
+            raise UnreadableBody(
+                415, "the body is JSON but its Content-Type is application/x-www-form-urlencoded (curl -d sends that "
+                "unless told otherwise): send it as application/json, with curl -H 'Content-Type: application/json'",
+            )
         return _form_fields(body).get("model"), None
+    if media and media != "application/json" and not (media.endswith("+json") and "/" in media):
+        raise UnreadableBody(
+            415, f"the body's Content-Type is {media}, which this route does not read: send JSON as application/json "
+            f"(or a form as {MULTIPART} or {FORM_URLENCODED})",
+        )
+    document = parse_json(body)
+    if isinstance(document, dict):
+        model = document.get("model")
+        return (model if isinstance(model, str) else None), document
     return None, None
+
+
+def parse_json(body: bytes) -> object:
+    """The JSON document `body` holds; UnreadableBody (400) saying why when it holds none."""
+    try:
+        # Every request's body is parsed on its way to the first byte, and a 64k-token
+        # prompt is 300 KB of JSON: orjson reads it in a fifth of json's time.
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        if error.msg.startswith("depth limit exceeded"):
+            raise UnreadableBody(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    # What orjson refuses and json takes: NaN, Infinity, a number past a double, a lone
+    # surrogate escape; json's messages also say better what is wrong with the rest.
+    try:
+        text = body.decode()
+    except UnicodeDecodeError as error:
+        raise UnreadableBody(
+            400, f"the body is not UTF-8 (byte 0x{body[error.start]:02x} at offset {error.start})"
+        ) from None
+    try:
+        document = json.loads(text)
+        # A lone surrogate (`"\\ud800"`) is no character: nothing could write it out as UTF-8 again.
+        json.dumps(document, ensure_ascii=False).encode()
+    except json.JSONDecodeError as error:
+        raise UnreadableBody(
+            400, f"the body is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except UnicodeEncodeError:
+        raise UnreadableBody(400, "the body holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff), no character") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise UnreadableBody(
+            400, f"a number in the body is too large (more than {sys.get_int_max_str_digits()} digits)"
+        ) from None
+    except RecursionError:
+        raise UnreadableBody(400, "the body nests too deeply to read") from None
+    return document
 
 
 def _form_fields(body: bytes) -> dict[str, str]:
