@@ -10,12 +10,14 @@ import aiohttp
 import pytest
 
 from conftest import write_config
-from procs import SIM, Router
+from procs import SIM, Router, eventually
 
 CONFIG = f"""
 models:
   a:
     cmd: {SIM} --port ${{PORT}} --model a
+    filters:
+      setParams: {{top_p: 0.5}}
 """
 
 CHAT = "/v1/chat/completions"
@@ -134,3 +136,42 @@ async def test_a_profile_request_nested_past_reading_is_llama_swap_s_400(router)
         async with session.put(f"{router.url}/api/profiles/active", data=body) as response:
             assert response.status == 400
             assert (await response.json())["error"]["message"] == "invalid profile request"
+
+
+async def test_a_body_too_deep_to_rewrite_for_its_model_is_a_400(router):
+    # Read (orjson reads 1024 levels) but not written again with the model's filters: json writes fewer.
+    body = b'{"model": "a", "x": ' + b"[" * 1000 + b"]" * 1000 + b"}"
+    status, said = await send(router.url, "POST", CHAT, body, "application/json")
+    assert (status, said) == (400, "the body nests too deeply to be rewritten for its model (filters, its name)")
+    chat = b'{"model": "a", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}], "x": '
+    body = chat + b"[" * 500 + b"]" * 500 + b"}"  # past what orjson writes, within json's reach
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + CHAT, data=body, headers={"Content-Type": "application/json"}) as response:
+            assert response.status == 200, await response.text()
+
+
+@pytest.mark.parametrize("flight_id", ["\u00b2", "9" * 30, "-1", "x"])
+async def test_an_in_flight_id_that_is_no_whole_number_is_not_found(router, flight_id):
+    # `²` passes str.isdigit and fails int(): it was a 500.
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/api/inflight/{flight_id}/cancel") as response:
+            assert response.status == 404
+            assert (await response.json())["error"]["message"] == "inflight request not found"
+
+
+async def test_a_request_aiohttp_refuses_is_one_line_in_the_log_not_a_traceback(router):
+    before = len(router.output())
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{router.url}/{'x' * 9000}") as response:
+            assert response.status == 400  # aiohttp's: past its 8190 bytes of request line
+    await eventually(lambda: "refused a malformed request" in router.output()[before:], 10, "the router's line")
+    added = router.output()[before:]
+    assert "Traceback" not in added and "Error handling request" not in added, added
+
+
+async def test_a_form_labelled_body_reaches_the_model_as_it_is_and_the_sim_refuses_it(router):
+    # A multipart label is not read as JSON: the body goes to the model as sent, and a body nested
+    # past json's reach is the sim's 400, not its 500.
+    body = b'{"model": "a", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}"
+    status, said = await send(router.url, "POST", "/v1/completions?model=a", body, "multipart/form-data; boundary=")
+    assert (status, said) == (400, "invalid JSON body: nested deeper than json reads")

@@ -430,7 +430,8 @@ class Router:
 
 
 def _limit(request: web.Request, default: int) -> int | web.Response:
-    """`?limit=`, how many rows or lines to answer with: `default` when absent or empty, else a 400 saying what it must be."""
+    """`?limit=`, how many rows or lines to answer with: `default` when absent or empty, else a 400 saying
+    what it must be."""
     try:
         return whole_number(request.query.get("limit") or str(default), "limit", 1, MAX_LIMIT)
     except QueryParameterError as error:

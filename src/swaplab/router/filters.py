@@ -14,6 +14,7 @@ import orjson
 
 from swaplab.config.model import Filters
 from swaplab.router.jsonpath import delete_path, is_path, set_path
+from swaplab.router.targets import UnreadableBody
 
 PROTECTED = frozenset({"model"})
 
@@ -69,11 +70,16 @@ def _set(document: dict[str, Any], params: dict[str, Any], changed: bool) -> tup
 
 
 def encode(document: dict[str, Any]) -> bytes:
-    """The rewritten body (orjson: a long prompt is re-encoded on every request that filters apply to)."""
+    """The rewritten body (orjson: a long prompt is re-encoded on every request that filters apply to);
+    UnreadableBody for one nested deeper than json writes."""
     try:
         return orjson.dumps(document)
-    except TypeError:  # an integer beyond 64 bits, read by json's fallback
-        return json.dumps(document, ensure_ascii=False).encode()
+    except TypeError:  # an integer beyond 64 bits, read by json's fallback; nesting past orjson's 254 levels
+        try:
+            return json.dumps(document, ensure_ascii=False).encode()
+        except RecursionError:  # read (up to 1024 levels) but not written again: json stops short of that
+            message = "the body nests too deeply to be rewritten for its model (filters, its name)"
+            raise UnreadableBody(400, message) from None
 
 
 _MISSING = object()

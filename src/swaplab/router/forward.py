@@ -258,7 +258,12 @@ class Forwarder:
                 model = lease.model
                 sent_path = path
                 if document is not None:
-                    sent = self._filtered(body, document, model.use_model_name or None, model.filters, name)
+                    try:
+                        sent = self._filtered(body, document, model.use_model_name or None, model.filters, name)
+                    except UnreadableBody as error:
+                        return await _failed(
+                            observation, error.status, str(error), "invalid_request_error", None, keepalive
+                        )
                 elif model.use_model_name:  # a form or ?model=: renamed there, as llama-swap does
                     content_type = request.headers.get("Content-Type", "")
                     sent = replace_form_field(content_type, body, "model", model.use_model_name)
@@ -328,7 +333,10 @@ class Forwarder:
                 "model_unavailable",
             )
         if document is not None:
-            body = self._filtered(body, document, target.model, peer.filters, name)
+            try:
+                body = self._filtered(body, document, target.model, peer.filters, name)
+            except UnreadableBody as error:
+                return await _failed(observation, error.status, str(error), "invalid_request_error")
         observation.sending(body)
         dialect = stream_dialect(path, document)
         keepalive = None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import platformdirs
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
 from swaplab.catalog.live import add_catalog_routes
@@ -28,7 +29,7 @@ from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
 from swaplab.fleet.logs import LogLine
 from swaplab.router.app import Router
-from swaplab.router.logformat import console_formatter, request_log
+from swaplab.router.logformat import console_formatter, log_safe, request_log
 
 log = logging.getLogger("swaplab.router")
 
@@ -73,6 +74,22 @@ def configure_logging(config: Config, hub: LogHub) -> None:
     root.handlers[:] = handlers
     root.setLevel(numeric)
     root.propagate = False
+    # aiohttp's own lines (a handler's uncaught error, a request its parser refused) go where the router's go.
+    server = logging.getLogger("aiohttp.server")
+    server.handlers[:] = handlers
+    server.filters[:] = [_refused_request_in_one_line]
+    server.propagate = False
+
+
+def _refused_request_in_one_line(record: logging.LogRecord) -> bool:
+    """A request aiohttp's parser refuses (answered 400: a line too long, a byte no URL may hold) is the
+    client's mistake, logged with a traceback by aiohttp: one line at info says it instead."""
+    error = record.exc_info[1] if record.exc_info else None
+    if not isinstance(error, BadHttpMessage):
+        return True
+    peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+    log.info("refused a malformed request from %s (%d): %s", peer, error.code, log_safe(error.message)[:300])
+    return False
 
 
 def upstream_echo(log_to_stdout: str) -> Callable[[LogLine], None] | None:

@@ -186,7 +186,9 @@ def parse_json(body: bytes) -> object:
             400, f"the body is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
         ) from None
     except UnicodeEncodeError:
-        raise UnreadableBody(400, "the body holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff), no character") from None
+        raise UnreadableBody(
+            400, "the body holds a lone UTF-16 surrogate escape (\\ud800 to \\udfff), no character"
+        ) from None
     except ValueError:  # an integer of more digits than Python converts
         raise UnreadableBody(
             400, f"a number in the body is too large (more than {sys.get_int_max_str_digits()} digits)"

@@ -172,3 +172,5 @@ async def json_body(request: web.Request) -> Any:
         return await request.json()
     except ValueError as error:  # json.JSONDecodeError is a ValueError
         raise BadRequest(f"invalid JSON body: {error}") from None
+    except RecursionError:
+        raise BadRequest("invalid JSON body: nested deeper than json reads") from None
