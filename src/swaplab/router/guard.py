@@ -105,9 +105,12 @@ async def read_body(request: web.Request, limits: Limits, slots: BodySlots) -> w
 
 
 async def _read(request: web.Request, limits: Limits) -> web.Response | None:
+    content = request.content
+    if content.is_eof():  # the whole body came with the headers (most requests): nothing to wait for
+        body = await request.read()
+        return _too_large(len(body), limits) if len(body) > limits.max_body_bytes else None
     chunks: list[bytes] = []
     size = 0
-    content = request.content
     while True:
         try:
             async with asyncio.timeout(limits.body_timeout):
