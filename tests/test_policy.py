@@ -114,6 +114,7 @@ def test_preflights():
     ("LocalHost.", ("localhost", None)),
     ("a:b:c", ("a:b:c", None)),
     ("host:99999999999999999999", ("host", None)),
+    ("host:\u00b2", ("host", None)),  # a digit to str.isdigit, not to int()
 ])  # fmt: skip
 def test_split_host(header, expected):
     assert split_host(header) == expected

@@ -8,7 +8,7 @@ import argparse
 def _host_port(text: str) -> tuple[str, int]:
     """`HOST:PORT` (or `:PORT`, on 127.0.0.1) as an argparse type."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
     return host or "127.0.0.1", int(port)
 

@@ -91,7 +91,7 @@ class InFlight:
         its client leaves while queued.
         """
         self._prune()
-        flight = self._flights.get(int(flight_id)) if flight_id.isdigit() else None
+        flight = self._flights.get(int(flight_id)) if flight_id.isascii() and flight_id.isdigit() else None
         if flight is None or flight.task is None:
             return False
         observation = flight.observation

@@ -49,7 +49,7 @@ def _index(part: str, forced: bool) -> int | None:
         return None
     if part == "-1":
         return -1
-    return int(part) if part.isdigit() else None
+    return int(part) if part.isascii() and part.isdigit() else None
 
 
 def set_path(document: dict[str, Any], path: str, value: Any) -> dict[str, Any]:

@@ -167,7 +167,7 @@ def split_host(header: str) -> tuple[str, int | None]:
         name, _, port_text = header.partition(":")
     else:
         name, port_text = header, ""
-    port = int(port_text) if port_text.isdigit() and len(port_text) <= 5 else None
+    port = int(port_text) if port_text.isascii() and port_text.isdigit() and len(port_text) <= 5 else None
     return name.rstrip("."), port
 
 
