@@ -383,6 +383,31 @@ async def test_a_crash_loop_backs_off_visibly(router_factory):
     assert "exited with code 1" in entry["last_error"]
 
 
+async def test_a_second_failed_start_quotes_its_own_output_once(router_factory):
+    # The log buffer spans runs: the second failure used to quote the first one's line too.
+    router = router_factory(f"""
+healthCheckTimeout: 30
+models:
+  doomed:
+    cmd: >-
+      {PYTHON} -c "raise SystemExit('CUDA error: out of memory')" --port ${{PORT}}
+""")
+    async with aiohttp.ClientSession() as session:
+
+        async def failed_start() -> str:
+            async with session.post(f"{router.url}/load?model=doomed") as response:
+                assert response.status == 503
+                message = (await response.json())["error"]["message"]
+            return "" if "times in a row" in message else message  # the backoff refused it: again
+
+        first = await eventually(failed_start, 30, "a failed start")
+        second = await eventually(failed_start, 30, "a second failed start")
+        entry = (await running(session, router.url))["doomed"]
+    assert entry["consecutive_failures"] == 2
+    for message in (first, second, entry["last_error"]):
+        assert message.count("CUDA error: out of memory") == 1, message
+
+
 STUBBORN_SCRIPT = """
 import signal, sys
 from aiohttp import web

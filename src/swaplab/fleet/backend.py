@@ -157,7 +157,9 @@ class Backend:
         )
 
     def output_tail(self, lines: int = 15) -> str:
-        return self._logs.tail(self.id, lines)
+        """The current run's last lines: the buffer spans runs, and a failed start that quoted
+        the one before it would show the same error twice."""
+        return self._logs.tail(self.id, lines, since=self.started_at)
 
     def _set(self, state: State) -> None:
         self.state = state

@@ -74,8 +74,12 @@ class LogHub:
             lines = sorted((line for buffer in self._buffers.values() for line in buffer), key=lambda l: l.time)
         return lines[-limit:] if limit else lines
 
-    def tail(self, source: str, limit: int = 20) -> str:
-        return "\n".join(line.text for line in self.recent(source, limit))
+    def tail(self, source: str, limit: int = 20, since: float | None = None) -> str:
+        """The source's last `limit` lines, only those written at or after `since` when given."""
+        lines = self.recent(source)
+        if since is not None:
+            lines = [line for line in lines if line.time >= since]
+        return "\n".join(line.text for line in lines[-limit:])
 
     def subscribe(self, size: int = 1000) -> asyncio.Queue[LogLine]:
         if self._loop is None:
