@@ -254,3 +254,22 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path):
         result = swaplab("site", "build", *args)
         assert (result.returncode, result.stderr, result.stdout) == (2, message + "\n", ""), args
     assert not (tmp_path / "absent.db").exists()  # reading never creates a store
+
+
+# -- the built-in default, and what is no model ---------------------------------------------
+
+
+def test_a_build_on_the_built_in_default_leaves_the_bench_selftest_sim_out(tmp_path):
+    # `bench selftest` records a run against its own `swaplab sim`: no model, never retired.
+    db = tmp_path / "runs.db"
+    selftest = swaplab("bench", "selftest", "--streams", "2", "--rounds", "1", "--output-tokens", "4",
+                       "--ttft-ms", "1", "--tokens-per-second", "1000", "--db", str(db))
+    assert selftest.returncode == 0, selftest.stderr
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "smollm2.md").write_text("SmolLM2 is small and confidently wrong.\n")
+    result = swaplab("site", "build", "--db", str(db), "--notes", str(notes), "--out", str(tmp_path / "site"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"Wrote 6 files to {tmp_path / 'site'}: 2 model pages, 1 note page. Open ")
+    assert sorted(path.name for path in (tmp_path / "site" / "models").iterdir()) == ["gemma3-270m.html", "smollm2.html"]
+    assert "selftest" not in (tmp_path / "site" / "index.html").read_text()

@@ -706,3 +706,37 @@ def test_raw_text_runs_from_the_key_to_the_entry_own_last_line():
     ]
     assert config.models["b"].raw_text == '  b: {cmd: "s --port ${PORT}"}'
     assert (config.models["a"].line, config.models["b"].line) == (3, 11)
+
+
+# -- the built-in default: shown, checked, written out -----------------------------------------
+
+
+def test_show_and_check_read_the_built_in_default_when_no_file_is_given():
+    shown = run_cli("config", "show")
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    assert document["path"] == "<built-in default>" and sorted(document["models"]) == ["gemma3-270m", "smollm2"]
+    assert document["models"]["smollm2"]["capabilities"]["input"] == ["text"]
+    assert run_cli("config", "check").returncode == 0
+
+
+def test_init_writes_the_built_in_default_once_and_says_where(tmp_path):
+    target = tmp_path / "mine.yaml"
+    written = run_cli("config", "init", str(target))
+    assert (written.returncode, written.stderr) == (0, "")
+    assert str(target) in written.stdout and f"swaplab serve --config {target}" in written.stdout
+    config = load_config(str(target))  # a config like any other: it loads, and is the default's
+    assert sorted(config.models) == ["gemma3-270m", "smollm2"] and config.models["smollm2"].aliases == ("smollm2-135m",)
+
+    target.write_text("# my edits\n")
+    again = run_cli("config", "init", str(target))
+    assert (again.returncode, again.stdout) == (2, "")
+    assert again.stderr == f"swaplab: config init: {target} exists; pass --force to overwrite it\n"
+    assert target.read_text() == "# my edits\n"
+    assert run_cli("config", "init", "--force", str(target)).returncode == 0
+    assert "smollm2" in target.read_text()
+
+    folder = run_cli("config", "init", str(tmp_path))
+    assert folder.returncode == 2 and "is a folder" in folder.stderr
+    default = subprocess.run([str(SWAPLAB), "config", "init"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert default.returncode == 0 and (tmp_path / "swaplab.yaml").is_file()

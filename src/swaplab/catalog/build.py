@@ -6,7 +6,7 @@ from pathlib import Path
 
 from swaplab.catalog.render import SiteRenderer
 from swaplab.catalog.site import read_site
-from swaplab.config import load_config
+from swaplab.config import load_config, load_default_config
 from swaplab.errors import SwaplabError
 from swaplab.results.store import existing_store
 
@@ -14,11 +14,11 @@ from swaplab.results.store import existing_store
 PAGE_FOLDERS = ("models", "notes")
 
 
-def build_site(config_path: str, out: str | Path, *, notes: str | None = None, db: str | None = None,
+def build_site(config_path: str | None, out: str | Path, *, notes: str | None = None, db: str | None = None,
                generated_at: float | None = None) -> list[Path]:
-    """Build the site from the config at `config_path`, the notes folder (else the config's `notes:`)
-    and the store; returns the files written."""
-    config = load_config(config_path)
+    """Build the site from the config at `config_path` (None: the built-in default), the notes
+    folder (else the config's `notes:`) and the store; returns the files written."""
+    config = load_config(config_path) if config_path is not None else load_default_config()
     site = read_site(config, notes or config.notes, existing_store(db))
     renderer = SiteRenderer(site, generated_at)
     folder = Path(out)

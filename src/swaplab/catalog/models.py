@@ -1,15 +1,17 @@
 """Which models the catalogue has a page for: the config's local and peer models, and retired ids.
 
-A retired id survives only in the results store (runs recorded under a name no model of
-the config answers to) or in the notes (a front matter's `models` naming one). Pure
+A retired id survives only in the results store (runs of a model recorded under a name no
+model of the config answers to; the bench's selftest and runs against a sim are no model's)
+or in the notes (a front matter's `models` naming one). Pure
 functions over the config, the names runs were recorded under and the notes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from swaplab.config import Config
 from swaplab.config.redact import config_secrets, entry_text, redact_text
@@ -78,6 +80,12 @@ def catalog_models(config: Config, recorded: Iterable[tuple[str, str | None]], n
             )
     models += retired_models(set(name_index(names)), recorded, notes)
     return models
+
+
+def names_a_model(run: Mapping[str, Any]) -> bool:
+    """Whether a stored run measured a model: not the bench's selftest, nor any run against a
+    `swaplab sim` (a stand-in, never a model to catalogue, under whatever name it was asked)."""
+    return run.get("kind") != "selftest" and run.get("backend_kind") != "swaplab-sim"
 
 
 def retired_models(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from swaplab.catalog.history import GrillRow, grill_rows, latest_score
-from swaplab.catalog.models import CatalogModel, catalog_models, page_names
+from swaplab.catalog.models import CatalogModel, catalog_models, names_a_model, page_names
 from swaplab.catalog.performance import Performance, performance
 from swaplab.config import Config
 from swaplab.notes.folder import Note, load_notes
@@ -79,7 +79,8 @@ class Site:
 
 def gather(config: Config, notes: Sequence[Note], runs: Sequence[Mapping[str, Any]], sources: Sources) -> Site:
     """The site's content from a loaded config, the notes and every run in the store."""
-    models = catalog_models(config, [(run["model"], run.get("requested_model")) for run in runs], notes)
+    recorded = [(run["model"], run.get("requested_model")) for run in runs if names_a_model(run)]
+    models = catalog_models(config, recorded, notes)
     model_pages = page_names(model.id for model in models)
     note_pages = page_names(note.stem for note in notes)
     pages = []

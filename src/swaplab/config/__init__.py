@@ -1,6 +1,12 @@
 """llama-swap YAML configs (plus swaplab's keys), read into plain resolved data."""
 
-from swaplab.config.loader import config_sources, load_config, load_config_sources, load_config_text
+from swaplab.config.loader import (
+    config_sources,
+    load_config,
+    load_config_sources,
+    load_config_text,
+    load_default_config,
+)
 from swaplab.config.model import (
     Config,
     DeviceConfig,
@@ -23,4 +29,5 @@ __all__ = [
     "load_config",
     "load_config_sources",
     "load_config_text",
+    "load_default_config",
 ]

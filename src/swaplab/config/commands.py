@@ -1,4 +1,4 @@
-"""`swaplab config check` and `swaplab config show`: thin skins over the loader."""
+"""`swaplab config check | show | init`: thin skins over the loader and the built-in default."""
 
 from __future__ import annotations
 
@@ -6,17 +6,19 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from swaplab.config.loader import load_config_sources
+from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
+from swaplab.config.loader import load_config_sources, load_default_config
 from swaplab.config.model import Config, ModelConfig
 from swaplab.config.redact import REDACTED, redact_argv, redact_env
 from swaplab.errors import ConfigError, SwaplabError, UnknownModelError
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    """`swaplab config check|show` and their arguments."""
-    config = commands.add_parser("config", help="check or show a config file")
+    """`swaplab config check|show|init` and their arguments."""
+    config = commands.add_parser("config", help="check, show or start a config file")
     actions = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     check = actions.add_parser("check", help="validate a config; one FILE:LINE: line per fault")
     _add_sources(check)
@@ -27,10 +29,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="print the resolved config as JSON")
     _add_sources(show)
     show.add_argument("--model", help="only this model (id or alias), with cmd as the final argv")
+    init = actions.add_parser("init", help="write the built-in default out as a config to edit")
+    init.add_argument("path", nargs="?", default=INIT_PATH, metavar="PATH", help=f"where to write it (default: {INIT_PATH})")
+    init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+
+# `swaplab config init`'s file when no PATH is given: in the current folder.
+INIT_PATH = "swaplab.yaml"
 
 
 def _add_sources(action: argparse.ArgumentParser) -> None:
-    action.add_argument("file", nargs="?", help="the config file (llama-swap's -config)")
+    action.add_argument("file", nargs="?", help="the config file (llama-swap's -config; default: the built-in default)")
     action.add_argument(
         "--config-dir", metavar="DIR",
         help="also every *.yml/*.yaml directly in DIR, merged after FILE in sorted order (llama-swap's -config-dir)",
@@ -38,12 +46,35 @@ def _add_sources(action: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `swaplab config check|show`; returns the exit code."""
-    if args.file is None and args.config_dir is None:
-        raise SwaplabError(f"config {args.config_command}: give a config FILE, --config-dir DIR, or both")
+    """Run `swaplab config check|show|init`; returns the exit code."""
+    if args.config_command == "init":
+        return _init(Path(args.path), force=args.force)
     if args.config_command == "check":
         return _check(args.file, args.config_dir, strict=args.strict)
     return _show(args.file, args.config_dir, model=args.model)
+
+
+def _load(path: str | None, config_dir: str | None) -> Config:
+    """The config files given, or the built-in default (what `swaplab serve` runs) when none is."""
+    if path is None and config_dir is None:
+        return load_default_config()
+    return load_config_sources(path, config_dir)
+
+
+def _init(path: Path, force: bool = False) -> int:
+    """Write the built-in default to `path` (refusing an existing file unless `force`), and say where."""
+    if path.is_dir():
+        raise SwaplabError(f"config init: {path} is a folder; give a file name, e.g. {path / INIT_PATH}")
+    if path.exists() and not force:
+        raise SwaplabError(f"config init: {path} exists; pass --force to overwrite it")
+    text = f"# Written by `swaplab config init` from the {DEFAULT_CONFIG_NAME}: edit it, then\n" \
+           f"# `swaplab config check {path}` and `swaplab serve --config {path}`.\n" + default_config_text()
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise SwaplabError(f"config init: cannot write {path}: {error.strerror or error}") from None
+    print(f"Wrote the built-in default to {path}; serve it with: swaplab serve --config {path}")
+    return 0
 
 
 def _check(path: str | None, config_dir: str | None, strict: bool = False) -> int:
@@ -51,7 +82,7 @@ def _check(path: str | None, config_dir: str | None, strict: bool = False) -> in
     (warnings on stderr), else 2 with one `FILE:LINE: message` per fault on stdout. With
     `strict`, a valid config with warnings exits 1, each warning on stdout as a fault."""
     try:
-        config = load_config_sources(path, config_dir)
+        config = _load(path, config_dir)
     except ConfigError as error:
         if strict:
             for warning in error.warnings:
@@ -72,7 +103,7 @@ def _check(path: str | None, config_dir: str | None, strict: bool = False) -> in
 def _show(path: str | None, config_dir: str | None, model: str | None = None) -> int:
     """Print the resolved config (or one model's settings, by id or alias) as JSON, secrets redacted."""
     try:
-        config = load_config_sources(path, config_dir)
+        config = _load(path, config_dir)
     except ConfigError as error:
         _print_warnings(error.warnings)
         for fault in error.faults:

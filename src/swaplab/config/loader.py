@@ -41,12 +41,18 @@ from swaplab.config.tree import Entry, Item, Line
 from swaplab.config.upstream import read_ignore_paths
 from swaplab.config.yamlreader import YamlSection
 from swaplab.config.yamltree import parse
+from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
 from swaplab.errors import SwaplabError
 
 
 def load_config(path: str) -> Config:
     """Load and resolve the config file at `path`; raises ConfigError listing every fault."""
     return load_config_text(read_text(path), path)
+
+
+def load_default_config() -> Config:
+    """The built-in default (`swaplab serve` with no `--config`), as `swaplab config init` writes it."""
+    return load_config_text(default_config_text(), DEFAULT_CONFIG_NAME)
 
 
 def load_config_text(text: str, path: str = "<config>", environ: Mapping[str, str] | None = None) -> Config:
