@@ -740,3 +740,38 @@ def test_init_writes_the_built_in_default_once_and_says_where(tmp_path):
     assert folder.returncode == 2 and "is a folder" in folder.stderr
     default = subprocess.run([str(SWAPLAB), "config", "init"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert default.returncode == 0 and (tmp_path / "swaplab.yaml").is_file()
+
+
+def test_an_unknown_key_close_to_a_known_one_says_which():
+    config = load(
+        """\
+        healthCheckTimeot: 30
+        models:
+          a:
+            cmd: server --port ${PORT}
+            aliasses: [b]
+            timeouts: {idelConn: 4}
+            capabilities: {in: [text], contxt: 5}
+        peers:
+          p: {proxy: "http://127.0.0.1:9", models: [x], apikey: k}
+        flavour: sweet
+        """
+    )
+    assert config.warnings == (
+        "test.yaml:1: unknown key 'healthCheckTimeot' ignored (did you mean 'healthCheckTimeout'?)",
+        "test.yaml:5: unknown key 'aliasses' ignored (did you mean 'aliases'?)",
+        "test.yaml:6: unknown key 'idelConn' ignored (did you mean 'idleConn'?)",
+        "test.yaml:7: unknown key 'contxt' ignored (did you mean 'context'?)",
+        "test.yaml:9: unknown key 'apikey' ignored (did you mean 'apiKey'?)",
+        "test.yaml:10: unknown key 'flavour' ignored",  # close to nothing: no guess
+    )
+
+
+def test_check_says_did_you_mean_at_the_line(tmp_path):
+    config = tmp_path / "typo.yaml"
+    config.write_text("models:\n  a:\n    cmd: server --port ${PORT}\n    aliasses: [b]\n")
+    result = run_cli("config", "check", str(config))
+    assert (result.returncode, result.stdout) == (0, "")
+    assert result.stderr == f"{config}:4: unknown key 'aliasses' ignored (did you mean 'aliases'?)\n"
+    strict = run_cli("config", "check", "--strict", str(config))
+    assert (strict.returncode, strict.stdout) == (1, f"{config}:4: unknown key 'aliasses' ignored (did you mean 'aliases'?)\n")

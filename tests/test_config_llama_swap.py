@@ -185,7 +185,7 @@ def test_the_legacy_strip_params_is_read_when_strip_params_is_empty_and_never_un
     assert config.models["a"].filters.strip_params == ("top_k",)
     assert config.models["b"].filters.strip_params == ("top_p",)
     # llama-swap reads the old spelling for a model only; a peer's is unknown to it too.
-    assert config.warnings == ("test.yaml:5: unknown key 'strip_params' ignored",)
+    assert config.warnings == ("test.yaml:5: unknown key 'strip_params' ignored (did you mean 'stripParams'?)",)
 
 
 # -- capabilities, compat ----------------------------------------------------------------

@@ -257,7 +257,7 @@ matrix:
 def test_unknown_keys_in_the_block_are_warnings():
     _, faults, warnings = read("matrix:\n  set: {s: gemma}\n  sets: {s: gemma}\n")
     assert not faults
-    assert warnings == ["m.yaml:2: unknown key 'set' ignored"]
+    assert warnings == ["m.yaml:2: unknown key 'set' ignored (did you mean 'sets'?)"]
 
 
 def test_matrix_from_data_raises_every_fault():

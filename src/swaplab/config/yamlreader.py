@@ -8,6 +8,7 @@ warning, because configs carry keys from newer llama-swap releases.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -82,9 +83,20 @@ class YamlSection(Section):
         return YamlSection(self.findings, item, self.path + (key,)) if item is not None else None
 
     def finish(self) -> None:
-        """Warn of every key no read asked for."""
-        for entry in self.unread():
-            self.findings.warn(entry.key_line, f"unknown key '{entry.key}' ignored")
+        """Warn of every key no read asked for, with the known key it is closest to when one is close."""
+        unread = self.unread()
+        # Every key a read asked for, present or not: what this section knows.
+        known = sorted(key for key in self.read_keys if isinstance(key, str))
+        for entry in unread:
+            self.findings.warn(entry.key_line, f"unknown key '{entry.key}' ignored{did_you_mean(str(entry.key), known)}")
+
+
+def did_you_mean(key: str, known: list[str]) -> str:
+    """` (did you mean 'aliases'?)` when one known key is close to `key` (a typo), else nothing."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    if not close:  # a typo in case only (`healthchecktimeout`)
+        close = [name for name in known if name.lower() == key.lower()][:1]
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _text(item: Item) -> str:
