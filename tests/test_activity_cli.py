@@ -114,3 +114,45 @@ def test_a_store_from_a_newer_swaplab_is_refused_in_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith(f"swaplab: {db} has schema version {SCHEMA_VERSION + 1}, newer than this swaplab")
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def busy_store(path) -> None:
+    """Rows whose cells are long: a session, an error, a long model name."""
+    with ActivityWriter(path) as writer:
+        writer.submit(ActivityRecord(
+            time=1_800_000_000.0, model="qwen3-coder-30b-a3b-instruct", path="/v1/chat/completions", status=200,
+            duration_ms=12_431.2, requested_model="coder-assistant", prompt_tokens=31_000, completion_tokens=2_400,
+            cached_tokens=30_000, ttft_ms=1_838.6, tokens_per_second=141.93, session_id="chat-7f3a-long-session",
+        ))
+        writer.submit(ActivityRecord(
+            time=1_800_000_005.0, model="gemma3-270m", path="/v1/completions", status=502, duration_ms=12.0,
+            error="the backend stopped mid-stream: connection reset by peer",
+        ))
+
+
+def test_piped_at_80_columns_no_cell_is_cut(tmp_path):
+    db = tmp_path / "swaplab.db"
+    busy_store(db)
+    result = activity("--db", str(db), env={"COLUMNS": "80"})  # captured: stdout is a pipe
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout
+    [first] = [line for line in result.stdout.splitlines() if "qwen3-coder-30b-a3b-instruct (coder-assistant)" in line]
+    for cell in ("chat-7f3a-long-session", "31000/2400", "1839", "141.9", "12.4 s"):
+        assert cell in first, (cell, first)
+    assert "the backend stopped mid-stream: connection reset by peer" in result.stdout
+    assert f"in {db}" in result.stdout.splitlines()[0]  # the store it read, in the title
+
+
+def test_json_is_one_object_per_request_oldest_first_and_the_store_on_stderr(tmp_path):
+    import json
+
+    db = tmp_path / "swaplab.db"
+    busy_store(db)
+    result = activity("--db", str(db), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [row["model"] for row in rows] == ["qwen3-coder-30b-a3b-instruct", "gemma3-270m"]
+    assert rows[0]["session_id"] == "chat-7f3a-long-session" and rows[1]["status"] == 502
+    assert result.stderr == f"2 from {db}\n"
+    empty = activity("--db", str(db), "--json", "--model", "nope")
+    assert (empty.returncode, empty.stdout) == (0, "") and f"No activity for nope in {db}" in empty.stderr

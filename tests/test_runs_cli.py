@@ -172,3 +172,28 @@ def test_no_runs_yet(tmp_path):
     connect(tmp_path / "empty.db").close()
     empty = runs("list", "--db", str(tmp_path / "empty.db"))
     assert empty.returncode == 0 and empty.stdout.strip() == f"No runs in {tmp_path / 'empty.db'}."
+
+
+def test_piped_at_80_columns_no_figure_is_cut(db):
+    # Captured output is a pipe: no terminal to fit, so nothing is folded or cropped.
+    listed = runs("list", "--db", str(db), env={"COLUMNS": "80"})
+    assert listed.returncode == 0, listed.stderr
+    assert "…" not in listed.stdout
+    first = line_with(listed.stdout, "throughput")
+    for cell in ("smollm2-135m (smollm2)", "llama.cpp b6000", "272 tok/s at c=2", "9 (1 failed)", "completed"):
+        assert cell in first, (cell, first)
+    assert "interrupted" in line_with(listed.stdout, "TTFT 625 ms at c=1 in=8192")
+    shown = runs("show", "1", "--db", str(db), env={"COLUMNS": "80"})
+    assert "…" not in shown.stdout
+    assert "errors" in line_with(shown.stdout, "level", "out tok/s", "TTFT ms p50 / p99")
+    assert "25.0%" in line_with(shown.stdout, "c=2", "272 (270-274)", "42.5 / 45.0")
+
+
+def test_list_json_is_one_run_per_line_oldest_first(db):
+    result = runs("list", "--db", str(db), "--json")
+    assert result.returncode == 0, result.stderr
+    listed = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [run["kind"] for run in listed] == ["throughput", "grill", "prefill"]
+    assert listed[0]["requested_model"] == "smollm2-135m" and listed[0]["request_count"] == 9
+    assert listed[0]["summary"]["scaling_ratio"] == 1.94  # decoded, not a string of JSON
+    assert result.stderr == f"3 from {db}\n"

@@ -124,11 +124,11 @@ def _run(settings: BenchSettings, *, json_path: str | None) -> int:
 
 def _compare(db: str | None, a: int, b: int, *, min_effect: float) -> int:
     """One verdict per level, then the overall one."""
-    from rich.console import Console
+    from swaplab.results.console import command_console
 
     from swaplab.bench.compare import compare_runs, sentences
 
-    console = Console()
+    console = command_console()
     for line in sentences(compare_runs(db, a, b, min_effect=min_effect)):
         console.print(line, highlight=False, soft_wrap=True)
     return 0
@@ -139,14 +139,14 @@ def _selftest(db: str | None, settings: SelftestSettings, *, json_path: str | No
     import asyncio
     from dataclasses import asdict
 
-    from rich.console import Console
+    from swaplab.results.console import command_console
 
     from swaplab.bench.overhead import save_selftest, timed_measure
     from swaplab.bench.present import selftest_table
     from swaplab.results.report import check_report_path, write_report
     from swaplab.results.store import default_path
 
-    console = Console()
+    console = command_console()
     check_report_path(json_path)
     with console.status(f"selftest: {settings.streams} streams from a sim, {settings.rounds} pairs of rounds"):
         report, started_at, ended_at = asyncio.run(timed_measure(settings))

@@ -96,12 +96,12 @@ def _run(settings: GrillSettings, *, json_path: str | None) -> int:
 
 def _selfcheck(suites: Sequence[str]) -> int:
     """Run the proofs, print a line per suite and every failure; 0 when all hold, else 1."""
-    from rich.console import Console
+    from swaplab.results.console import command_console
 
     from swaplab.grill.present import selfcheck_table
     from swaplab.grill.selfcheck import check_suite
 
-    console = Console()
+    console = command_console()
     checks = []
     for suite in suites:
         with console.status(f"selfcheck: {suite}"):
@@ -119,11 +119,11 @@ def _selfcheck(suites: Sequence[str]) -> int:
 
 def _compare(db: str | None, a: int, b: int) -> int:
     """One verdict per figure."""
-    from rich.console import Console
+    from swaplab.results.console import command_console
 
     from swaplab.grill.compare import compare_runs, sentences
 
-    console = Console()
+    console = command_console()
     for line in sentences(*compare_runs(db, a, b)):
         console.print(line, highlight=False, soft_wrap=True)
     return 0

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 from rich.console import Console
 
 from swaplab.errors import SwaplabError
+from swaplab.results.console import command_console
 from swaplab.results.runs import Run
 from swaplab.results.store import default_path
 
@@ -73,7 +74,7 @@ def run_and_show(
     under its progress bar, the report written, the outcome shown; 0, or 1 when every request
     failed."""
     check_report_path(json_path)
-    console = Console()
+    console = command_console()
     with progress_bar(console) as progress:
         outcome = asyncio.run(measure(progress))
     if json_path:
