@@ -112,3 +112,17 @@ async def test_still_thinking_at_the_budget_is_inconclusive_and_a_wrong_code_fai
     assert "still thinking" in outcomes[0].detail
     # The fact in the thinking alone doesn't count: only the final answer is scored.
     assert outcomes[1].transcript[-1]["reasoning"] == f"It must be {second.fact}"
+
+
+def test_a_needle_only_run_prints_the_needle_grid_and_no_empty_round_table(scripted, tmp_path):
+    from procs import run_swaplab
+
+    sim = scripted({"rules": [], "default": "I could not find it."})
+    done = run_swaplab(
+        "grill", "run", "--url", sim.url, "--model", "scripted", "--suite", "needle", "--reps", "1",
+        "--needle-lengths", "300", "--needle-depths", "0.5", "--db", str(tmp_path / "grill.db"),
+        "--transcripts", str(tmp_path / "transcripts"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "needle (passes/reps)" in done.stdout and "depth 0.5" in done.stdout
+    assert "┃ round" not in done.stdout  # no code or agent round ran: no table of rounds

@@ -75,8 +75,7 @@ def show_outcome(outcome: GrillOutcome, console: Console, *, db_path: str, json_
     if backend:
         about += f", {backend}"
     console.print(about, style="bold", highlight=False)
-    console.print(rounds_table(summary))
-    for table in (tasks_table(outcome), needle_table(summary)):
+    for table in (rounds_table(summary), tasks_table(outcome), needle_table(summary)):
         if table is not None:
             console.print(table)
     reps = summary["reps"]
@@ -96,8 +95,9 @@ def show_outcome(outcome: GrillOutcome, console: Console, *, db_path: str, json_
     )
 
 
-def rounds_table(summary: Mapping[str, Any]) -> Table:
-    """Score per round, the total, tok/step, R5 complete/looped: the seed's figures."""
+def rounds_table(summary: Mapping[str, Any]) -> Table | None:
+    """Score per round, the total, tok/step, R5 complete/looped: the seed's figures; None when
+    no round ran (a needle-only run), rather than a table of headers."""
     table = Table()
     table.add_column("round")
     table.add_column("score", justify="right")
@@ -115,7 +115,7 @@ def rounds_table(summary: Mapping[str, Any]) -> Table:
         table.add_row("truncated (budget ran out)", out_of(summary["truncated"], None))
     if summary.get("errors", {}).get("max"):
         table.add_row("[red]request errors[/red]", out_of(summary["errors"], None))
-    return table
+    return table if table.row_count else None
 
 
 def tasks_table(outcome: GrillOutcome) -> Table | None:
