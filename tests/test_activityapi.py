@@ -492,10 +492,11 @@ def test_no_value_is_a_null_histogram(tmp_path):
     assert stats["prompt_histogram"] is None and stats["gen_histogram"] is None
     assert stats["ttft_histogram"] is None
     assert stats["duration_histogram"]["bins"] == [2]
-    empty = activity_stats(store(tmp_path / "empty"))
+    empty_store = store(tmp_path / "empty")
+    empty = activity_stats(empty_store)
     assert empty == {"total_requests": 0, "total_input_tokens": 0, "total_output_tokens": 0, "total_cache_tokens": 0,
                      "prompt_histogram": None, "gen_histogram": None, "ttft_histogram": None,
-                     "duration_histogram": None}
+                     "duration_histogram": None, "store": str(empty_store)}
 
 
 @pytest.mark.parametrize(("count", "bins"), [(1, 1), (2, 5), (16, 5), (17, 6), (33, 7), (2**19, 20), (2**19 + 1, 20)])

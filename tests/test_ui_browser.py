@@ -306,6 +306,8 @@ def test_an_activity_row_opens_its_capture(router_factory):
     with chromium() as browser:
         page, errors = open_page(browser, f"{router.url}/ui#/activity")
         with screenshot_on_exit(page, "ui-capture"):
+            # The header names the store the rows come from: what `swaplab activity --db` reads.
+            expect(page.locator(".view-activity .view-head #activity-store")).to_have_text(str(router.db))
             row = page.locator('.activity-table tbody tr[data-model="a"]').first
             expect(row).to_contain_text("/v1/chat/completions")
             row.click()

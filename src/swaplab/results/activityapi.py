@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
@@ -38,6 +39,7 @@ from typing import Any
 from swaplab.errors import SwaplabError
 from swaplab.results.activity import Database, opened
 from swaplab.results.stats import percentile
+from swaplab.results.store import default_path
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 999
@@ -234,7 +236,16 @@ def activity_stats(db: Database, model: str | None = None) -> dict[str, Any]:
         "gen_histogram": histogram(_positive(decode_rates)),
         "ttft_histogram": histogram(_positive(ttfts)),
         "duration_histogram": histogram(durations),
+        # swaplab's own: which SQLite file these are from (the page shows it; None for a connection).
+        "store": store_name(db),
     }
+
+
+def store_name(db: Database) -> str | None:
+    """The path of the store `db` names (None: the default store); None for an open connection."""
+    if isinstance(db, sqlite3.Connection):
+        return None
+    return str(db if db is not None else default_path())
 
 
 def histogram(values: Iterable[float]) -> dict[str, Any] | None:

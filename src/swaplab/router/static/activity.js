@@ -285,7 +285,7 @@ const HISTOGRAMS = [
   { key: "duration_histogram", title: "Duration", unit: "ms", format: (value) => ms(value) },
 ];
 
-function createStats() {
+function createStats(onStore = () => {}) {
   const totals = h("div", { class: "totals" });
   const cards = HISTOGRAMS.map((spec) => {
     const chart = histogramChart({ label: spec.title, format: spec.format });
@@ -302,6 +302,7 @@ function createStats() {
     stale = false;
     try {
       const stats = await getJson(`/api/metrics/stats${model ? `?model=${encodeURIComponent(model)}` : ""}`);
+      if (stats.store) onStore(stats.store);
       totals.replaceChildren(
         ...[
           ["Requests", stats.total_requests],
@@ -346,12 +347,18 @@ function createStats() {
 
 export function createActivityView() {
   const inflight = createInflightTable();
-  const stats = createStats();
+  // The SQLite file the router records into, as /api/metrics/stats names it: what `swaplab activity --db` reads.
+  const store = h("code", { class: "activity-store", id: "activity-store" });
+  const storeLine = h("p", { class: "view-subtitle", hidden: true }, "Recorded in ", store);
+  const stats = createStats((path) => {
+    setText(store, path);
+    storeLine.hidden = false;
+  });
   const table = createActivityTable({ onFilter: (model) => stats.setModel(model) });
   const root = h(
     "section",
     { class: "view view-activity" },
-    h("header", { class: "view-head" }, h("div", {}, h("h1", { class: "view-title" }, "Activity"), h("p", { class: "view-subtitle" }, "Every proxied request, as the router recorded it. Rows with a capture open it."))),
+    h("header", { class: "view-head" }, h("div", {}, h("h1", { class: "view-title" }, "Activity"), h("p", { class: "view-subtitle" }, "Every proxied request, as the router recorded it. Rows with a capture open it."), storeLine)),
     h("section", { class: "section" }, h("h2", { class: "section-title" }, "In flight"), inflight.root),
     h("section", { class: "section" }, h("h2", { class: "section-title" }, "Statistics"), stats.root),
     h("section", { class: "section" }, h("h2", { class: "section-title" }, "Requests"), table.root),
