@@ -283,7 +283,7 @@ def _build_model(
         cmd=tuple(cmd or ()),
         cmd_stop=tuple(cmd_stop) if cmd_stop is not None else None,
         proxy=proxy,
-        check_endpoint=model.string("checkEndpoint", "/health"),
+        check_endpoint=_check_endpoint(model),
         ttl=ttl,
         aliases=tuple(item.text for item in model.strings("aliases")),
         env=env,
@@ -306,6 +306,21 @@ def _build_model(
         raw_text=_raw_text(entry, lines),
         line=entry.key_line,
     )
+
+
+def _check_endpoint(model: YamlSection) -> str:
+    """`checkEndpoint`; a path without its leading `/` is asked with one, as llama-swap joins it to
+    `proxy`, with a warning (it reads like a typo)."""
+    check = model.string("checkEndpoint", "/health")
+    entry = model.entry("checkEndpoint")
+    if entry is not None and check and check.strip() not in ("none", "generate") and not check.startswith("/") \
+            and not is_http_url(check) and "${" not in check:
+        model.findings.warn(
+            entry.key_line,
+            f"{model.where()}: checkEndpoint '{check}' has no leading '/': asked as '/{check}', as llama-swap "
+            f"joins it to proxy; write '/{check}'",
+        )
+    return check
 
 
 def _command(model: YamlSection, key: str) -> list[str] | None:

@@ -5,6 +5,7 @@ when; this says how."""
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import psutil
@@ -27,6 +28,20 @@ async def poll_ready(http: aiohttp.ClientSession, model: ModelConfig, check: str
         interval = min(interval * 2, READY_POLL_MAX)
 
 
+def check_url(proxy: str, check: str) -> str:
+    """Where `checkEndpoint` is asked, joined to `proxy` as llama-swap's reverse proxy joins them (Go's
+    `singleJoiningSlash`): `health` and `/health` both mean `<proxy>/health`, a full URL's host is the proxy's."""
+    target, endpoint = urlsplit(proxy), urlsplit(check)
+    if target.path.endswith("/") and endpoint.path.startswith("/"):
+        path = target.path + endpoint.path[1:]
+    elif not target.path.endswith("/") and not endpoint.path.startswith("/"):
+        path = f"{target.path}/{endpoint.path}"
+    else:
+        path = target.path + endpoint.path
+    query = "&".join(part for part in (target.query, endpoint.query) if part)
+    return urlunsplit((target.scheme, target.netloc, path, query, ""))
+
+
 async def ready_once(http: aiohttp.ClientSession, model: ModelConfig, check: str) -> bool:
     base = model.proxy.rstrip("/")
     try:
@@ -41,7 +56,7 @@ async def ready_once(http: aiohttp.ClientSession, model: ModelConfig, check: str
                 payload = await response.json(content_type=None)
                 return bool(payload.get("choices"))
         timeout = aiohttp.ClientTimeout(total=5)
-        async with http.get(f"{base}{check}", timeout=timeout) as response:
+        async with http.get(check_url(model.proxy, check), timeout=timeout) as response:
             await response.read()
             return response.status == 200
     except (TimeoutError, aiohttp.ClientError, ValueError):

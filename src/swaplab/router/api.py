@@ -270,6 +270,9 @@ class LlamaSwapApi:
                 request.headers.get("Accept", ""), 400, "invalid logger. Use 'proxy', 'upstream' or a model's ID"
             )
 
+        # A model's own stream is its raw output, as llama-swap's; the mixed ones say whose each line is.
+        text = log_text if model_id is None else _raw_text
+
         def wanted(line: LogLine) -> bool:
             if model_id is not None:
                 return line.source == model_id
@@ -282,15 +285,19 @@ class LlamaSwapApi:
         lines = router.logs.subscribe()
         try:
             if "no-history" not in request.query:
-                history = "".join(log_text(line) for line in router.logs.recent() if wanted(line))
+                history = "".join(text(line) for line in router.logs.recent() if wanted(line))
                 if history:
                     await response.write(history.encode())
             while True:
                 line = await lines.get()
                 if wanted(line):
-                    await response.write(log_text(line).encode())
+                    await response.write(text(line).encode())
         finally:
             router.logs.unsubscribe(lines)
+
+
+def _raw_text(line: LogLine) -> str:
+    return f"{line.text}\n"
 
 
 def _in_combined_log(line: LogLine, log_to_stdout: str) -> bool:

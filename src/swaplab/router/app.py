@@ -44,7 +44,7 @@ from swaplab.router.performance import BAD_AFTER, DISABLED, parse_after, report
 from swaplab.router.profiles import ProfileSwitch
 from swaplab.router.profiles import listing as profile_listing
 from swaplab.router.proxy import UpstreamPools
-from swaplab.router.responses import error_response, llama_swap_error, unknown_model
+from swaplab.router.responses import error_response, llama_swap_error, unknown_model, unmatched_route_middleware
 from swaplab.router.targets import MODEL_GET_ROUTES, MODEL_ROUTES
 from swaplab.router.ui import add_ui_routes
 
@@ -107,7 +107,7 @@ class Router:
     def app(self) -> web.Application:
         guard = guard_middleware(lambda: self.config.security, lambda: self.listen_loopback, BodySlots())
         keys = api_key_middleware(lambda: self.config.api_keys, lambda: self.config.security.basic_auth)
-        app = web.Application(client_max_size=AIOHTTP_MAX_BODY_BYTES, middlewares=[guard, keys])
+        app = web.Application(client_max_size=AIOHTTP_MAX_BODY_BYTES, middlewares=[guard, keys, unmatched_route_middleware])
         app.on_response_prepare.append(replace_cors_headers)
         app[ROUTER_KEY] = self
         for path in MODEL_ROUTES:
@@ -116,6 +116,7 @@ class Router:
             app.router.add_get(path, self.forwarder.handle_model_request, allow_head=False)
         app.router.add_route("*", "/upstream/{tail:.+}", self.forwarder.handle_upstream)
         app.router.add_get("/v1/models", self.handle_models)
+        app.router.add_get("/v1/models/{id:.+}", self.handle_model)
         app.router.add_get("/api/models", self.handle_api_models)
         app.router.add_get("/api/profiles", self.handle_profiles)
         app.router.add_put("/api/profiles/active", self.handle_activate_profile)
@@ -246,6 +247,17 @@ class Router:
 
     async def handle_models(self, request: web.Request) -> web.Response:
         """OpenAI's model list (`listing`): local models, aliases, selectors, the active profile's pins, peers' models."""
+        return web.json_response({"object": "list", "data": self._model_list()})
+
+    async def handle_model(self, request: web.Request) -> web.Response:
+        """OpenAI's `GET /v1/models/{id}`: the record the list has under that id, else a 404."""
+        model_id = request.match_info["id"]
+        for entry in self._model_list():
+            if entry["id"] == model_id:
+                return web.json_response(entry)
+        return error_response(404, f"model {model_id!r} not found; GET /v1/models lists the models", "model_not_found")
+
+    def _model_list(self) -> list[dict[str, Any]]:
         config = self.config
         created = int(self.started)
         data = model_records(config, self.fleet.state_of, created, self.profiles.pins(config))
@@ -259,7 +271,7 @@ class Router:
                     entry["unavailable_reason"] = health.reason
                 data.append(entry)
         data.sort(key=lambda entry: entry["id"])  # llama-swap's order
-        return web.json_response({"object": "list", "data": data})
+        return data
 
     async def handle_profiles(self, request: web.Request) -> web.Response:
         """`GET /api/profiles`: `{"active": NAME | null, "profiles": [{"id", "description", "pins"}]}`."""

@@ -62,8 +62,10 @@ from swaplab.router.targets import (
     model_from_body,
     replace_form_field,
     resolve,
+    Tracking,
     split_upstream_path,
     upstream_path,
+    upstream_tracking,
 )
 from swaplab.router.websocket import is_upgrade, relay_websocket
 
@@ -72,6 +74,9 @@ log = logging.getLogger("swaplab.router")
 # The selector a request was routed by, kept with the request for its activity record
 # (llama-swap's `metadata.selector`).
 SELECTOR = web.RequestKey("selector", str)
+# What is kept of a request (`targets.Tracking`); every model route's is kept whole, `/upstream/` has its rule.
+TRACKING = web.RequestKey("tracking", Tracking)
+KEEP_ALL = Tracking()
 
 
 
@@ -187,6 +192,7 @@ class Forwarder:
             location = f"/upstream/{name}/" + (f"?{request.query_string}" if request.query_string else "")
             redirect = web.HTTPMovedPermanently if request.method in ("GET", "HEAD") else web.HTTPPermanentRedirect
             return redirect(location)
+        request[TRACKING] = upstream_tracking(request.method, path)
         target = resolve(config, name)
         websocket = is_upgrade(request.headers)
         if isinstance(target, LocalTarget):
@@ -219,13 +225,20 @@ class Forwarder:
     def _observe(self, request: web.Request, model: str, path: str, name: str, peer: str | None = None,
                  capture: bool = True) -> RequestObservation:
         selector = request.get(SELECTOR)
+        tracking = request.get(TRACKING, KEEP_ALL)
         observation = RequestObservation.of(
-            request, model, path, name, peer, self._record, self.config.session_id_headers,
-            self._captures if capture else None, {"selector": selector} if selector is not None else None,
+            request, model, path, name, peer, self._record if tracking.activity else self._forget,
+            self.config.session_id_headers, self._captures if capture and tracking.activity else None,
+            {"selector": selector} if selector is not None else None,
         )
-        if self._inflight is not None:
-            self._inflight.add(observation, request)  # removed where it is recorded, when it ends
+        if self._inflight is not None and tracking.in_flight:
+            self._inflight.add(observation, request)  # removed where it is recorded (or forgotten), when it ends
         return observation
+
+    def _forget(self, observation: RequestObservation) -> None:
+        """The end of a request that leaves no activity row: only its in-flight entry goes."""
+        if self._inflight is not None:
+            self._inflight.remove(observation)
 
     async def _forward_to_model(
         self, request: web.Request, model_id: str, name: str, path: str, body: bytes, document: dict | None

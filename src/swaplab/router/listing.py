@@ -5,7 +5,8 @@ state but stopped; a selector: a target ready, starting or waking), to which swa
 `"state"`, the model's own state (`sleeping`, `waking`, ...; a peer's model: `available`
 or `unavailable`); `capabilities` are rendered as llama-swap renders them
 (`render_capabilities`), `meta` is `{"llamaswap": {...metadata, "type": ...}, "n_ctx": N}`.
-swaplab's `name` falls back to the id where llama-swap omits an empty one.
+swaplab's `name` falls back to the id where llama-swap omits an empty one, but for a selector
+(llama-swap's page shows a selector's name beside its id).
 Pure functions over the config and what the caller reads of the fleet and the peers.
 """
 
@@ -83,8 +84,12 @@ def record(
     capabilities: Capabilities = NO_CAPABILITIES,
     internal: dict[str, Any],
     owned_by: str = "swaplab",
+    name_fallback: bool = True,
 ) -> dict[str, Any]:
-    """One `/v1/models` record: swaplab's fields, then llama-swap's capabilities and `meta`."""
+    """One `/v1/models` record: swaplab's fields, then llama-swap's capabilities and `meta`.
+
+    An empty `name` is the id, unless `name_fallback` is off: then, as llama-swap, there is none.
+    """
     entry: dict[str, Any] = {
         "id": record_id,
         "object": "model",
@@ -94,6 +99,8 @@ def record(
         "description": description.strip(),
         "status": status,
     }
+    if not name.strip() and not name_fallback:
+        del entry["name"]
     rendered = render_capabilities(capabilities)
     entry.update(rendered)
     metadata = metadata or {}
@@ -149,6 +156,7 @@ def model_records(
         data.append(record(
             selector.id, created=created, status=_selector_status(config, selector.targets, selector.strategy, state_of),
             name=selector.name, description=selector.description, metadata=selector.metadata, internal=internal,
+            name_fallback=False,  # llama-swap's page shows a selector's `name` beside its id ("pool - pool")
         ))
     if active_pins:
         taken = _names(config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +26,27 @@ def unknown_model(config: Config, name: str) -> web.Response:
         "model_not_found",
         available=available,
     )
+
+
+@web.middleware
+async def unmatched_route_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """A request no route matches: a JSON 404 saying so (an Ollama client's `GET /api/tags` too); a 405,
+    with `Allow`, only where the path is a route of another method.
+
+    The last middleware: the guard and the keys have had their say by then, as for any route.
+    """
+    refused = request.match_info.http_exception
+    if refused is None:
+        return await handler(request)
+    where = f"{request.method} {request.path}"
+    if isinstance(refused, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(refused.allowed_methods))
+        response = error_response(405, f"{where}: method not allowed; this route takes {allowed}")
+        response.headers["Allow"] = allowed
+        return response
+    return error_response(refused.status, f"unknown route {where}")
 
 
 # llama-swap's error type and default code per status (swaputil/httperror.go).

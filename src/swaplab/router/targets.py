@@ -113,6 +113,23 @@ def split_upstream_path(config: Config, tail: str) -> tuple[str, str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class Tracking:
+    """What is kept of one request: an in-flight entry while it runs, an activity row (and capture) once done."""
+
+    in_flight: bool = True
+    activity: bool = True
+
+
+def upstream_tracking(method: str, path: str) -> Tracking:
+    """llama-swap's rule for `/upstream/<model><path>`: only the model routes are kept. In flight: a POST of
+    one of `MODEL_ROUTES`, a GET of `MODEL_GET_ROUTES`; an activity row: a POST of either (its metrics take
+    POSTs alone). The model's own page, its assets and the web page's Load button (`GET /upstream/<m>/`) are not."""
+    posted = method == "POST" and (path in MODEL_ROUTES or path in MODEL_GET_ROUTES)
+    in_flight = (method == "POST" and path in MODEL_ROUTES) or (method == "GET" and path in MODEL_GET_ROUTES)
+    return Tracking(in_flight=in_flight, activity=posted)
+
+
 FORM_URLENCODED = "application/x-www-form-urlencoded"
 MULTIPART = "multipart/form-data"
 # orjson's own bound on nesting: a body past it is refused, not read by json's fallback,
