@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 
 from procs import Router
+from swaplab.builtin.llamacpp import build_parser, server_params
 
 pytest.importorskip("xllamacpp", reason="the xllamacpp wheel is part of `make test`'s install")
 
@@ -17,6 +18,20 @@ def default_router(tmp_path_factory):
     router = Router(None, tmp_path_factory.mktemp("default"))
     yield router
     router.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "slot_save_path"),
+    [
+        (["--slot-save-path", "/saves"], "/saves/"),  # xllamacpp joins it to the file name as it is
+        (["--slot-save-path=/saves/"], "/saves/"),
+        ([], ""),  # none: llama.cpp's slot save and restore stay off
+    ],
+)
+def test_the_wrapper_passes_slot_save_path_to_xllamacpp_with_a_trailing_slash(flags, slot_save_path):
+    params = server_params(build_parser().parse_args(["-m", "a.gguf", "-c", "2048", "-np", "2", *flags]))
+    assert params.slot_save_path == slot_save_path
+    assert (params.model.path, params.n_ctx, params.n_parallel) == ("a.gguf", 2048, 2)
 
 
 async def test_smollm2_answers_chat(default_router):

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--api-key", action="append", default=[], help="require this key (repeatable)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up decode at load")
     parser.add_argument("--jinja", action="store_true", help="accepted for compatibility (always on)")
+    parser.add_argument("--slot-save-path", metavar="DIR", help="where POST /slots/{id}?action=save writes")
     parser.add_argument("--fetch-demo", choices=sorted(DEMO_MODELS), metavar="NAME",
                         help="--model is this built-in demo model's file: fetch it there first if it is absent")
     return parser
@@ -67,6 +68,35 @@ def fetch_demo(name: str, target: str) -> None:
     print(f"llamacpp: {name} fetched to {target}", flush=True)
 
 
+def server_params(args: argparse.Namespace):
+    """xllamacpp's parameters for llama-server's flags as `build_parser` parsed them."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = args.model
+    params.hostnames = [args.host]
+    params.port = args.port
+    params.n_ctx = args.ctx_size
+    params.n_parallel = args.parallel
+    params.cpuparams.n_threads = args.threads
+    params.cpuparams_batch.n_threads = args.threads
+    params.n_threads_http = args.threads_http
+    params.n_predict = args.n_predict
+    params.embedding = args.embedding
+    params.warmup = not args.no_warmup
+    params.endpoint_metrics = True
+    if args.n_gpu_layers is not None:
+        params.n_gpu_layers = args.n_gpu_layers
+    if args.alias:
+        params.model_alias = set(args.alias)
+    if args.api_key:
+        params.api_keys = args.api_key
+    if args.slot_save_path:
+        # xllamacpp joins this and the file name without a separator; llama-server adds one.
+        params.slot_save_path = args.slot_save_path.rstrip("/") + "/"
+    return params
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Checked before a first start's download, which would be wasted without it.
@@ -90,25 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llamacpp: model file not found: {args.model}", file=sys.stderr)
         return 2
 
-    params = xllamacpp.CommonParams()
-    params.model.path = args.model
-    params.hostnames = [args.host]
-    params.port = args.port
-    params.n_ctx = args.ctx_size
-    params.n_parallel = args.parallel
-    params.cpuparams.n_threads = args.threads
-    params.cpuparams_batch.n_threads = args.threads
-    params.n_threads_http = args.threads_http
-    params.n_predict = args.n_predict
-    params.embedding = args.embedding
-    params.warmup = not args.no_warmup
-    params.endpoint_metrics = True
-    if args.n_gpu_layers is not None:
-        params.n_gpu_layers = args.n_gpu_layers
-    if args.alias:
-        params.model_alias = set(args.alias)
-    if args.api_key:
-        params.api_keys = args.api_key
+    params = server_params(args)
 
     # Block SIGTERM/SIGINT before the server's threads exist so that they inherit the
     # mask and only sigwait below receives them; then destroy the server in order.

@@ -1,0 +1,213 @@
+"""Which saved KV caches a llama.cpp server may restore, and which the disk budget lets stay.
+
+llama-server started with `--slot-save-path DIR` saves a slot's cache to a file in DIR
+(`POST /slots/{id}?action=save`) and restores it (`?action=restore`). A cache is only good
+for a server whose model file and cache layout are the ones that saved it: `cache_identity`
+names that, and a manifest beside the files says what each holds. Pure decisions over plain
+data, except the manifest's small file I/O (`record_saved`, `read_manifest`, `forget_saved`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MANIFEST = "swaplab-kvcache.json"
+MANIFEST_VERSION = 1
+
+# llama-server's spellings of the flags that change what a saved slot's bytes mean.
+_FLAGS = {
+    "-m": "model", "--model": "model",
+    "-c": "ctx_size", "--ctx-size": "ctx_size",
+    "-ctk": "cache_type_k", "--cache-type-k": "cache_type_k",
+    "-ctv": "cache_type_v", "--cache-type-v": "cache_type_v",
+    "-np": "parallel", "--parallel": "parallel",
+    "--slot-save-path": "slot_save_path",
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a llama-server command line says about its KV cache; None where the flag is absent."""
+
+    model: str | None = None
+    ctx_size: str | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    parallel: str | None = None
+    slot_save_path: str | None = None
+
+
+@dataclass(frozen=True)
+class SavedCache:
+    """One slot's cache saved to `file_name` in the save directory."""
+
+    identity: str
+    slot_id: int
+    tokens: int
+    bytes: int
+    saved_at: float
+    file_name: str
+
+
+def cache_layout(argv: Sequence[str]) -> Layout:
+    """The layout flags of a llama-server command line, `--flag value` or `--flag=value`; the last one wins."""
+    found: dict[str, str] = {}
+    words = list(argv)
+    index = 0
+    while index < len(words):
+        word = words[index]
+        flag, equals, value = word.partition("=")
+        if flag in _FLAGS and equals:
+            found[_FLAGS[flag]] = value
+        elif word in _FLAGS and index + 1 < len(words):
+            found[_FLAGS[word]] = words[index + 1]
+            index += 1
+        index += 1
+    return Layout(**found)
+
+
+def cache_identity(entry_hash: str, model_file_size: int, model_file_mtime_ns: int, layout: Layout) -> str:
+    """A short hex digest of what a saved cache is good for: the config entry, the model file, the layout."""
+    # Where the caches are saved is not what they hold: moving the directory keeps them good.
+    facts = [
+        entry_hash, model_file_size, model_file_mtime_ns,
+        layout.model, layout.ctx_size, layout.cache_type_k, layout.cache_type_v, layout.parallel,
+    ]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
+
+
+def cache_file_name(identity: str, slot_id: int) -> str:
+    """The file a slot's cache is saved to: one per identity and slot, so a new save replaces the old."""
+    return f"{identity}-slot{slot_id}.bin"
+
+
+def runs_llama_server(argv: Sequence[str]) -> bool:
+    """Whether argv starts llama-server or swaplab's xllamacpp wrapper of it."""
+    if not argv:
+        return False
+    return os.path.basename(argv[0]) == "llama-server" or list(argv[1:3]) == ["-m", "swaplab.builtin.llamacpp"]
+
+
+def with_slot_save_path(argv: Sequence[str], directory: str) -> list[str]:
+    """argv with `--slot-save-path DIR/` added when it runs llama-server without one; else argv as it is."""
+    if not runs_llama_server(argv) or cache_layout(argv).slot_save_path is not None:
+        return list(argv)
+    # xllamacpp joins the directory and the file name without a separator.
+    return [*argv, "--slot-save-path", directory.rstrip("/") + "/"]
+
+
+def _oldest_first(saved: Sequence[SavedCache]) -> list[SavedCache]:
+    # The file name breaks a tie of saved_at, so the same caches always give the same answer.
+    return sorted(saved, key=lambda cache: (cache.saved_at, cache.file_name))
+
+
+def over_budget(saved: Sequence[SavedCache], budget_bytes: int) -> list[SavedCache]:
+    """The caches to delete, least recently saved first, until the rest fit in `budget_bytes`."""
+    held = sum(cache.bytes for cache in saved)
+    remove: list[SavedCache] = []
+    for cache in _oldest_first(saved):
+        if held <= budget_bytes:
+            break
+        remove.append(cache)
+        held -= cache.bytes
+    return remove
+
+
+def restorable(saved: Sequence[SavedCache], identity: str) -> list[SavedCache]:
+    """The caches a server of this identity may restore, by slot."""
+    return sorted((cache for cache in saved if cache.identity == identity), key=lambda cache: cache.slot_id)
+
+
+def _well_formed(cache: SavedCache) -> bool:
+    def counts(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    return (
+        isinstance(cache.identity, str) and counts(cache.slot_id) and counts(cache.tokens)
+        and counts(cache.bytes) and isinstance(cache.saved_at, (int, float)) and isinstance(cache.file_name, str)
+    )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The caches a manifest lists whose files are whole, and why any others were left out."""
+
+    caches: list[SavedCache]
+    notes: list[str]
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
+    """The manifest's caches whose file exists with exactly the recorded size; a corrupt manifest gives none."""
+    path = Path(directory) / MANIFEST
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        return Manifest([], [])
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        return Manifest([], [f"{path}: unreadable ({error}); its caches are ignored"])
+    if not isinstance(document, dict) or document.get("version") != MANIFEST_VERSION:
+        return Manifest([], [f"{path}: not a version {MANIFEST_VERSION} manifest; its caches are ignored"])
+    caches: list[SavedCache] = []
+    notes: list[str] = []
+    for entry in document.get("caches") if isinstance(document.get("caches"), list) else []:
+        try:
+            cache = SavedCache(**entry)
+        except TypeError:
+            cache = None
+        if cache is None or not _well_formed(cache):
+            notes.append(f"{path}: a malformed entry {entry!r} is ignored")
+            continue
+        name = cache.file_name
+        if name in ("", ".", "..", MANIFEST) or os.path.basename(name) != name:
+            notes.append(f"{path}: {name!r} is not a file name in the save directory; ignored")
+            continue
+        try:
+            size = (Path(directory) / name).stat().st_size
+        except OSError:
+            notes.append(f"{name}: missing; dropped")
+            continue
+        # A save cut short leaves a file shorter than the one recorded: never restore it.
+        if size != cache.bytes:
+            notes.append(f"{name}: {size} bytes on disk, {cache.bytes} recorded; dropped")
+            continue
+        caches.append(cache)
+    return Manifest(caches, notes)
+
+
+def _write_manifest(directory: Path, caches: Sequence[SavedCache]) -> None:
+    # Replaced atomically, so a crash leaves the old manifest or the new one, never half of one.
+    document = {"version": MANIFEST_VERSION, "caches": [asdict(cache) for cache in caches]}
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{MANIFEST}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as file:
+            json.dump(document, file, indent=1)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, directory / MANIFEST)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def record_saved(directory: str | os.PathLike[str], cache: SavedCache) -> SavedCache:
+    """Adds a cache whose file the server has written to the manifest, with the size its file has now."""
+    directory = Path(directory)
+    recorded = SavedCache(**{**asdict(cache), "bytes": (directory / cache.file_name).stat().st_size})
+    kept = [old for old in read_manifest(directory).caches if old.file_name != cache.file_name]
+    _write_manifest(directory, [*kept, recorded])
+    return recorded
+
+
+def forget_saved(directory: str | os.PathLike[str], caches: Sequence[SavedCache]) -> None:
+    """Takes these caches out of the manifest, then deletes their files (what `over_budget` chose)."""
+    directory = Path(directory)
+    gone = {cache.file_name for cache in caches}
+    _write_manifest(directory, [old for old in read_manifest(directory).caches if old.file_name not in gone])
+    for name in gone:
+        (directory / name).unlink(missing_ok=True)
