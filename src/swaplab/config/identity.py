@@ -14,6 +14,9 @@ from swaplab.config.model import ModelConfig
 
 def _resolved(model: ModelConfig) -> ModelConfig:
     """A model's entry as it runs: its comments and its position in the file don't count."""
+    # `kv_cache` counts, as `sleep` does: it is a resolved setting, and a result measured with a
+    # restored context (a short time to first token) was not measured with the same config as one
+    # without it. A reload that only changes it restarts the model: one cold start, one rule.
     return replace(model, raw_text="", line=0)
 
 

@@ -23,6 +23,7 @@ from swaplab.config import macros as macro_rules
 from swaplab.config.checks import check_devices, check_names
 from swaplab.config.cmd import strip_comment_lines
 from swaplab.config.groups import read_preload
+from swaplab.config.kvcache import read_kv_cache_store
 from swaplab.config.macros import ExpansionBudget, Macro
 from swaplab.config.merge import merge_trees
 from swaplab.config.model import Config
@@ -169,6 +170,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
     api_keys = read_api_keys(top)
     devices = read_devices(top.section("devices"))
     host_memory = read_host_memory(top.section("hostMemory"))
+    kv_cache_store = read_kv_cache_store(top.section("kvCache"), path)
     security = read_security(top.section("security"))
 
     model_defaults = ModelDefaults(
@@ -208,6 +210,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
         peers=peers,
         devices=devices,
         host_memory=host_memory,
+        kv_cache_store=kv_cache_store,
         router=routing.router,
         matrix=routing.matrix,
         priority=routing.priority,
@@ -236,7 +239,7 @@ KNOWN_TOP_LEVEL = (
     "routing", "groups", "matrix", "startPort", "hooks", "sendLoadingState", "includeAliasesInList",
     "apiKeys", "peers", "upstream",
     # swaplab's own
-    "heartbeatInterval", "notes", "devices", "hostMemory", "security",
+    "heartbeatInterval", "notes", "devices", "hostMemory", "kvCache", "security",
 )  # fmt: skip
 """The top-level settings whose leftover `${...}` is a fault (llama-swap checks the ones it knows)."""
 

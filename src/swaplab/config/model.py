@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
+
+import platformdirs
 
 from swaplab.config.matrixtree import MatrixNode, maximal_combinations
 from swaplab.config.security import Security
@@ -93,6 +96,34 @@ class HostMemory:
 
 
 @dataclass(frozen=True)
+class KvCacheConfig:
+    """swaplab's `kvCache:` of a model: its llama.cpp slots saved on eviction, restored on return (issue 23).
+
+    Only a model whose cache is on has one; `kvCache: false` or `enabled: false` reads as None.
+    """
+
+    min_tokens: int = 1024
+    """A slot holding fewer tokens is not saved (re-reading it is cheaper than the file)."""
+    save_timeout: float = 30.0
+    """Seconds the saves may add to a stop; past them the server stops without its cache."""
+
+
+def default_kvcache_path() -> str:
+    """Where saved KV caches live when the config names no `kvCache.path`."""
+    return str(Path(platformdirs.user_data_dir("swaplab")) / "kvcache")
+
+
+@dataclass(frozen=True)
+class KvCacheStore:
+    """swaplab's top-level `kvCache:`: the one folder and budget every model's saved caches share."""
+
+    path: str = field(default_factory=default_kvcache_path)
+    """`~` expanded, a relative path already taken from the config file's folder."""
+    budget_gib: float = 20.0
+    """Disk all saved caches may hold together; the least recently used goes first."""
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     id: str
     cmd: tuple[str, ...]
@@ -124,6 +155,8 @@ class ModelConfig:
     vram_gib: dict[int, float] = field(default_factory=dict)
     sleep: SleepConfig | None = None
     """swaplab: put to sleep instead of stopped when a swap needs its GPU (`config.sleep`)."""
+    kv_cache: KvCacheConfig | None = None
+    """swaplab: save its KV cache when evicted, restore it on return (`config.kvcache`); None: off."""
     raw_text: str = ""
     """The entry's text as written in the file, comments included (the catalogue shows it)."""
     line: int = 0
@@ -283,6 +316,8 @@ class Config:
     peers: dict[str, PeerConfig] = field(default_factory=dict)
     devices: dict[int, DeviceConfig] = field(default_factory=dict)
     host_memory: HostMemory = field(default_factory=HostMemory)
+    kv_cache_store: KvCacheStore = field(default_factory=KvCacheStore)
+    """`kvCache:` at the top: where saved KV caches go and how much they may hold (docs/kvcache.md)."""
     router: str = "group"
     """`routing.router.use`: `group` (llama-swap's groups) or `matrix`."""
     matrix: MatrixConfig | None = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from swaplab.config import macros as macro_rules
 from swaplab.config.cmd import split_command
+from swaplab.config.kvcache import read_kv_cache
 from swaplab.config.macros import ENV_NAME, ExpansionBudget, Macro, Report
 from swaplab.config.model import Capabilities, ModelConfig
 from swaplab.config.sleep import read_sleep
@@ -303,6 +304,7 @@ def _build_model(
         devices=devices,
         vram_gib=vram_gib,
         sleep=read_sleep(model),
+        kv_cache=read_kv_cache(model),
         raw_text=_raw_text(entry, lines),
         line=entry.key_line,
     )

@@ -84,9 +84,12 @@ def _unload_timeout(top: YamlSection) -> float:
 
 
 def _notes_folder(text: str, config_path: str) -> str | None:
-    """The catalogue's notes folder: `~` expanded, a relative path taken from the config file's folder."""
-    if not text:
-        return None
+    """The catalogue's notes folder, or None when the config names none."""
+    return path_beside_config(text, config_path) if text else None
+
+
+def path_beside_config(text: str, config_path: str) -> str:
+    """A folder the config names: `~` expanded, a relative path taken from the config file's folder."""
     return os.path.join(os.path.dirname(config_path), os.path.expanduser(text))
 
 
