@@ -17,7 +17,8 @@ from swaplab.sim.tokens import TOKEN_PREFIX, answer_text
 DONE = b"data: [DONE]\n\n"
 # The error types OpenAI-compatible servers give the statuses the sim answers with.
 ERROR_TYPES = {
-    400: "invalid_request_error", 404: "not_found_error", 500: "internal_server_error", 503: "unavailable_error",
+    400: "invalid_request_error", 404: "not_found_error", 500: "internal_server_error",
+    501: "not_supported_error", 503: "unavailable_error",
 }
 
 
@@ -74,10 +75,12 @@ class StreamEncoder:
         """The finish_reason event, the usage event when asked for, and [DONE]."""
         plan = self._plan
         reason = plan.finish_reason.encode()
+        # llama.cpp sends its timings with the last chunk.
+        timings = json.dumps(timings_of(plan), separators=(",", ":")).encode()
         if plan.kind == "chat":
-            finish = self._head + b'"delta":{},"logprobs":null,"finish_reason":"%b"}]}\n\n' % reason
+            finish = self._head + b'"delta":{},"logprobs":null,"finish_reason":"%b"}],"timings":%b}\n\n' % (reason, timings)
         else:
-            finish = self._head + b'"text":"","logprobs":null,"finish_reason":"%b"}]}\n\n' % reason
+            finish = self._head + b'"text":"","logprobs":null,"finish_reason":"%b"}],"timings":%b}\n\n' % (reason, timings)
         if not plan.include_usage:
             return finish + DONE
         # The usage event has no choices; its head is the template's minus the open choice.
@@ -92,6 +95,15 @@ def usage_of(plan: Plan) -> dict[str, int]:
         "prompt_tokens": plan.prompt_tokens,
         "completion_tokens": plan.completion_tokens,
         "total_tokens": plan.prompt_tokens + plan.completion_tokens,
+    }
+
+
+def timings_of(plan: Plan) -> dict[str, int]:
+    """llama.cpp's `timings`, the token counts only: prompt tokens processed, reused from the slot, generated."""
+    return {
+        "prompt_n": plan.prompt_tokens - plan.cache_tokens,
+        "cache_n": plan.cache_tokens,
+        "predicted_n": plan.completion_tokens,
     }
 
 
@@ -147,6 +159,7 @@ def whole_answer(plan: Plan, request_id: str, created: int) -> dict[str, Any]:
         "model": plan.model,
         "choices": [choice],
         "usage": usage_of(plan),
+        "timings": timings_of(plan),
     }
 
 

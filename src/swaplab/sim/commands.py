@@ -45,6 +45,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         )
 
 
+    sim.add_argument("--parallel", type=int, default=1, help="llama.cpp's slots, each with its own prompt cache")
+    sim.add_argument(
+        "--prefill-tokens-per-second", type=float, default=0.0,
+        help="pace of the prompt tokens a slot did not already hold, before the first token (0 = instant)",
+    )
+    sim.add_argument(
+        "--slot-save-path", metavar="DIR", help="serve /slots/{id}?action=save|restore|erase, with files in DIR"
+    )
+    sim.add_argument(
+        "--slot-fault", default="none", metavar="FAULT",
+        help="what slot actions do instead: none, save-error, save-hang, restore-error or restore-corrupt",
+    )
+
+
 def main(args: argparse.Namespace) -> int:
     """Serve until stopped; returns the exit code."""
     from swaplab.sim.script import load_script
@@ -67,5 +81,9 @@ def main(args: argparse.Namespace) -> int:
             wake_seconds=args.wake_seconds,
             sleep_fault=args.sleep_fault,
             wake_fault=args.wake_fault,
+            parallel=args.parallel,
+            prefill_tokens_per_second=args.prefill_tokens_per_second,
+            slot_save_path=args.slot_save_path,
+            slot_fault=args.slot_fault,
         )
     )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from swaplab.sim.script import Script, ScriptedReply
-from swaplab.sim.tokens import count_words
+from swaplab.sim.tokens import prompt_words
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -35,6 +35,10 @@ class Plan:
     # OpenAI's spelling for every kind: the Messages wire format translates it.
     finish_reason: str
     reply: ScriptedReply | None = None  # the script's answer; None: the usual " tok0 tok1 ..."
+    # The prompt as the sim's tokens (one per word; a token id as its digits), for the slots' prompt cache.
+    prompt: tuple[str, ...] = ()
+    id_slot: int | None = None  # llama.cpp's `id_slot`: the slot the request asks for; None (or -1): any
+    cache_tokens: int = 0  # prompt tokens the slot already held (llama.cpp's `timings.cache_n`), set once a slot is chosen
 
 
 def plan_request(
@@ -50,15 +54,15 @@ def plan_request(
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty list")
-        prompt_tokens = sum(_message_words(message) for message in messages)
+        prompt = [word for message in messages for word in _message_words(message)]
         limit_keys = ("max_completion_tokens", "max_tokens")
     elif kind == "messages":
-        prompt_tokens = messages_prompt_tokens(body)
+        prompt = messages_prompt(body)
         limit_keys = ("max_tokens",)
     else:
         if "prompt" not in body:
             raise BadRequest("'prompt' is required")
-        prompt_tokens = _prompt_words(body["prompt"])
+        prompt = _prompt_words(body["prompt"])
         limit_keys = ("max_tokens", "n_predict")
 
     limit = _requested_limit(body, limit_keys)
@@ -82,16 +86,21 @@ def plan_request(
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise BadRequest("'stream_options' must be an object")
+    id_slot = body.get("id_slot")
+    if id_slot is not None and (isinstance(id_slot, bool) or not isinstance(id_slot, int) or id_slot < -1):
+        raise BadRequest("'id_slot' must be a slot id, or -1 for any slot")
 
     return Plan(
         kind=kind,
         model=model or default_model,
         stream=stream,
         include_usage=stream and options.get("include_usage") is True,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=len(prompt),
         completion_tokens=completion_tokens,
         finish_reason=finish_reason,
         reply=reply,
+        prompt=tuple(prompt),
+        id_slot=None if id_slot in (None, -1) else id_slot,
     )
 
 
@@ -100,6 +109,11 @@ def messages_prompt_tokens(body: Any) -> int:
 
     Raises BadRequest when the body lacks what Anthropic requires of it (`model`, `messages`).
     """
+    return len(messages_prompt(body))
+
+
+def messages_prompt(body: Any) -> list[str]:
+    """The prompt of an Anthropic Messages body as the sim's tokens; raises BadRequest as above."""
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     if not isinstance(body.get("model"), str) or not body["model"]:
@@ -108,8 +122,8 @@ def messages_prompt_tokens(body: Any) -> int:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
     system = body.get("system")
-    system_words = 0 if system is None else _content_words(system, "'system'")
-    return system_words + sum(_message_words(message) for message in messages)
+    system_words = [] if system is None else _content_words(system, "'system'")
+    return system_words + [word for message in messages for word in _message_words(message)]
 
 
 def _requested_limit(body: dict[str, Any], keys: tuple[str, ...]) -> int | None:
@@ -127,42 +141,43 @@ def _requested_limit(body: dict[str, Any], keys: tuple[str, ...]) -> int | None:
     return None
 
 
-def _message_words(message: Any) -> int:
+def _message_words(message: Any) -> list[str]:
     if not isinstance(message, dict):
         raise BadRequest("each message must be an object")
     content = message.get("content")
-    return 0 if content is None else _content_words(content, "message 'content'")
+    return [] if content is None else _content_words(content, "message 'content'")
 
 
-def _content_words(content: Any, what: str) -> int:
-    # A string, or a list of parts (OpenAI) or content blocks (Anthropic): count the text ones.
+def _content_words(content: Any, what: str) -> list[str]:
+    # A string, or a list of parts (OpenAI) or content blocks (Anthropic): the text ones count.
     if isinstance(content, str):
-        return count_words(content)
+        return prompt_words(content)
     if isinstance(content, list):
-        return sum(
-            count_words(part["text"])
+        return [
+            word
             for part in content
             if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
+            for word in prompt_words(part["text"])
+        ]
     raise BadRequest(f"{what} must be a string or a list of parts")
 
 
-def _prompt_words(prompt: Any) -> int:
+def _prompt_words(prompt: Any) -> list[str]:
     # A prompt may be text, a list of texts, token ids, or a list of token-id lists.
     if isinstance(prompt, str):
-        return count_words(prompt)
+        return prompt_words(prompt)
     if isinstance(prompt, list):
-        total = 0
+        words: list[str] = []
         for item in prompt:
             if isinstance(item, str):
-                total += count_words(item)
+                words += prompt_words(item)
             elif isinstance(item, int) and not isinstance(item, bool):
-                total += 1
+                words.append(str(item))
             elif isinstance(item, list):
-                total += len(item)
+                words += [str(token) for token in item]
             else:
                 raise BadRequest("'prompt' items must be strings, token ids or lists of token ids")
-        return total
+        return words
     raise BadRequest("'prompt' must be a string or a list")
 
 

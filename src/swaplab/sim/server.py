@@ -9,7 +9,8 @@ import signal
 import sys
 import time
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -21,6 +22,9 @@ from swaplab.sim.messages import MessagesStreamEncoder, whole_message
 from swaplab.sim.request import BadRequest, Kind, Plan, json_body, messages_prompt_tokens, plan_request
 from swaplab.sim.script import Script
 from swaplab.sim.sleep import Engine, Fault, Sleeper, check_settings
+from swaplab.sim.slots import SlotFault, Slots
+from swaplab.sim.slots import check_settings as check_slot_settings
+from swaplab.sim.tokens import answer_text, prompt_words
 
 # Request bodies can be long prompts; the router forwards at least 64 MiB.
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -53,15 +57,20 @@ class SimSettings:
     wake_seconds: float = 0.0
     sleep_fault: Fault = "none"
     wake_fault: Fault = "none"
+    parallel: int = 1  # llama.cpp's slots (`--parallel`), each with its own prompt cache
+    prefill_tokens_per_second: float = 0.0  # pace of the prompt tokens a slot did not hold; 0: instant
+    slot_save_path: str | None = None  # where /slots/{id}?action=save writes; None: save and restore refused
+    slot_fault: SlotFault = "none"
 
     def __post_init__(self) -> None:
         for name in (
             "ttft_ms", "tokens_per_second", "load_seconds", "crash_after_tokens", "default_max_tokens",
-            "sleep_seconds", "wake_seconds",
+            "sleep_seconds", "wake_seconds", "prefill_tokens_per_second",
         ):
             if getattr(self, name) < 0:
                 raise SwaplabError(f"sim: --{name.replace('_', '-')} must not be negative")
         check_settings(self)
+        check_slot_settings(self.parallel, self.slot_save_path, self.slot_fault)
 
 
 @dataclass
@@ -93,6 +102,12 @@ class Sim:
         self._idle = asyncio.Event()
         self._idle.set()
         self._sleeper = Sleeper(settings, workload=self) if settings.engine != "generic" else None
+        self._slots = Slots(
+            parallel=settings.parallel,
+            save_path=Path(settings.slot_save_path) if settings.slot_save_path is not None else None,
+            fault=settings.slot_fault,
+        )
+        self._prefill_interval = 1 / settings.prefill_tokens_per_second if settings.prefill_tokens_per_second else 0.0
 
     def app(self) -> web.Application:
         """The aiohttp application; serve it with handler_cancellation=True."""
@@ -108,6 +123,7 @@ class Sim:
         app.router.add_get("/sim/last-request", self._last)
         app.router.add_get("/sim/ws", self._websocket)
         app.router.add_get("/props", self._props)
+        app.router.add_routes(self._slots.routes())
         if self._sleeper is not None:
             app.router.add_routes(self._sleeper.routes())
         return app
@@ -166,6 +182,13 @@ class Sim:
         refusal = self._sleeper.refusal() if self._sleeper is not None else None
         if refusal is not None:
             return error(503, refusal)
+        try:
+            slot, cached = self._slots.begin(plan.prompt, plan.id_slot)
+        except BadRequest as bad:
+            return error(400, str(bad))
+        plan = replace(plan, cache_tokens=cached)
+        # Only the prompt tokens the slot did not hold are prefilled; the first token waits for them.
+        started += (plan.prompt_tokens - cached) * self._prefill_interval
 
         request_id = f"{ID_PREFIXES[kind]}{next(self._ids)}"
         created = int(time.time())
@@ -194,6 +217,8 @@ class Sim:
                 return web.json_response(whole_message(plan, request_id))
             return web.json_response(whole_answer(plan, request_id, created))
         finally:
+            # A slot keeps the answer of a request that finished; of one cut short, only its prompt.
+            self._slots.end(slot, _answer_tokens(plan) if finished else ())
             stats.active -= 1
             if stats.active == 0:
                 self._idle.set()
@@ -286,7 +311,7 @@ class Sim:
 
     async def _stats(self, request: web.Request) -> web.Response:
         sleep_stats = self._sleeper.stats() if self._sleeper is not None else {}
-        return web.json_response({**asdict(self.stats), **sleep_stats})
+        return web.json_response({**asdict(self.stats), **self._slots.stats(), **sleep_stats})
 
     async def _last(self, request: web.Request) -> web.Response:
         if self._last_request is None:
@@ -315,6 +340,13 @@ class Sim:
         else:  # the client closed: say how, where a router's log shows it
             print(f"sim: websocket closed by the client with code {socket.close_code}", file=sys.stderr, flush=True)
         return socket
+
+
+def _answer_tokens(plan: Plan) -> list[str]:
+    # What a follow-up sends back as the assistant's turn: a scripted reply's content, else the tok words.
+    if plan.reply is not None:
+        return prompt_words(plan.reply.content)
+    return prompt_words(answer_text(plan.completion_tokens))
 
 
 def _openai_error(status: int, message: str) -> web.Response:

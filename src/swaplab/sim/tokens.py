@@ -11,7 +11,12 @@ TOKEN_PREFIX = " tok"
 
 def count_words(text: str) -> int:
     """The sim's token count of `text`: one token per whitespace-separated word."""
-    return len(text.split())
+    return len(prompt_words(text))
+
+
+def prompt_words(text: str) -> list[str]:
+    """`text` as the sim's tokens: its whitespace-separated words."""
+    return text.split()
 
 
 def token_text(index: int) -> str:
