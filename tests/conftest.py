@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import Router, free_port_block
+from procs import Router, Sim, free_port_block
 
 
 def write_config(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
@@ -44,3 +44,18 @@ def scripted(tmp_path):
     sims = ScriptedSims(tmp_path)
     yield sims
     sims.close()
+
+
+@pytest.fixture
+def start_sim(tmp_path):
+    """`start_sim(*flags)` starts a `swaplab sim` (tests/procs.py `Sim`) with those flags; all stop at the end."""
+    started: list[Sim] = []
+
+    def start(*extra: str) -> Sim:
+        sim = Sim(tmp_path, *extra)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.close()

@@ -114,20 +114,6 @@ def test_requests_are_read_or_refused(read, value, expected):
 # -- real processes ---------------------------------------------------------------------
 
 @pytest.fixture
-def start_sim(tmp_path):
-    started: list[Sim] = []
-
-    def start(*extra: str) -> Sim:
-        sim = Sim(tmp_path, *extra)
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.close()
-
-
-@pytest.fixture
 async def session():
     async with aiohttp.ClientSession() as client:
         yield client

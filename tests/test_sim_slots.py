@@ -7,7 +7,6 @@ import json
 import socket
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,20 +37,6 @@ def slot_action(sim: Sim, slot: int, action: str, body: Any = None) -> tuple[int
     return call(f"{sim.url}/slots/{slot}?action={action}", {} if body is None else body)
 
 
-@pytest.fixture
-def sims(tmp_path: Path):
-    started: list[Sim] = []
-
-    def start(*extra: str) -> Sim:
-        sim = Sim(tmp_path, *extra)
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        sim.close()
-
-
 # -- the choice, without processes -------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -71,8 +56,8 @@ def test_choose_slot(cached, busy, prompt, slot):
 
 # -- the prompt cache --------------------------------------------------------------------
 
-def test_a_follow_up_sharing_the_prefix_reuses_the_slot_cache(sims):
-    sim = sims()
+def test_a_follow_up_sharing_the_prefix_reuses_the_slot_cache(start_sim):
+    sim = start_sim()
     assert complete(sim, PROMPT) == {"prompt_n": 4, "cache_n": 0, "predicted_n": 2}
     # The slot holds prompt and answer (" tok0 tok1"): a follow-up that carries both reuses them.
     assert complete(sim, f"{PROMPT} tok0 tok1 jumps") == {"prompt_n": 1, "cache_n": 6, "predicted_n": 2}
@@ -83,8 +68,8 @@ def test_a_follow_up_sharing_the_prefix_reuses_the_slot_cache(sims):
     assert slots == [{"id": 0, "n_ctx": 4096, "is_processing": False, "prompt": "the quick red fox tok0 tok1"}]
 
 
-def test_chat_streams_its_timings_in_the_last_chunk(sims):
-    sim = sims()
+def test_chat_streams_its_timings_in_the_last_chunk(start_sim):
+    sim = start_sim()
     body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 2}
     assert call(f"{sim.url}/v1/chat/completions", body)[1]["timings"]["cache_n"] == 0
     follow_up = {
@@ -97,8 +82,8 @@ def test_chat_streams_its_timings_in_the_last_chunk(sims):
     assert json.loads(events[-1])["timings"] == {"prompt_n": 1, "cache_n": 6, "predicted_n": 2}
 
 
-def test_parallel_slots_keep_their_own_prompts(sims):
-    sim = sims("--parallel", "2")
+def test_parallel_slots_keep_their_own_prompts(start_sim):
+    sim = start_sim("--parallel", "2")
     complete(sim, "alpha beta")
     complete(sim, "gamma delta", id_slot=1)
     # Without id_slot each follow-up finds the slot holding its prefix.
@@ -113,9 +98,9 @@ def test_parallel_slots_keep_their_own_prompts(sims):
 
 # -- save, restore, erase ----------------------------------------------------------------
 
-def test_a_saved_slot_survives_a_restart(sims, tmp_path):
+def test_a_saved_slot_survives_a_restart(start_sim, tmp_path):
     saves = tmp_path / "slots"
-    first = sims("--slot-save-path", str(saves))
+    first = start_sim("--slot-save-path", str(saves))
     complete(first, PROMPT)
     status, saved = slot_action(first, 0, "save", {"filename": "demo.bin"})
     assert status == 200, saved
@@ -125,7 +110,7 @@ def test_a_saved_slot_survives_a_restart(sims, tmp_path):
     assert sorted(path.name for path in saves.iterdir()) == ["demo.bin"]  # no temporary left behind
     first.close()
 
-    second = sims("--slot-save-path", str(saves))
+    second = start_sim("--slot-save-path", str(saves))
     status, restored = slot_action(second, 0, "restore", {"filename": "demo.bin"})
     assert status == 200, restored
     assert restored["n_restored"] == 6 and restored["n_read"] == saved["n_written"]
@@ -139,17 +124,17 @@ def test_a_saved_slot_survives_a_restart(sims, tmp_path):
 
 
 @pytest.mark.parametrize("filename", ["../escape.bin", "sub/dir.bin", "..", "back\\slash", "", 7])
-def test_a_filename_that_could_leave_the_directory_is_refused(sims, tmp_path, filename):
-    sim = sims("--slot-save-path", str(tmp_path / "slots"))
+def test_a_filename_that_could_leave_the_directory_is_refused(start_sim, tmp_path, filename):
+    sim = start_sim("--slot-save-path", str(tmp_path / "slots"))
     for action in ("save", "restore"):
         status, answer = slot_action(sim, 0, action, {"filename": filename})
         assert (status, answer["error"]["message"]) == (400, "Invalid filename")
     assert not (tmp_path / "escape.bin").exists()
 
 
-def test_restoring_a_missing_or_damaged_file_fails_and_empties_the_slot(sims, tmp_path):
+def test_restoring_a_missing_or_damaged_file_fails_and_empties_the_slot(start_sim, tmp_path):
     saves = tmp_path / "slots"
-    sim = sims("--slot-save-path", str(saves))
+    sim = start_sim("--slot-save-path", str(saves))
     complete(sim, PROMPT)
     assert slot_action(sim, 0, "save", {"filename": "good.bin"})[0] == 200
     whole = (saves / "good.bin").read_bytes()
@@ -163,25 +148,25 @@ def test_restoring_a_missing_or_damaged_file_fails_and_empties_the_slot(sims, tm
     assert decode_slot_file(whole) == PROMPT.split() + ["tok0", "tok1"]
 
 
-def test_without_a_save_path_slot_actions_are_refused(sims):
-    sim = sims()
+def test_without_a_save_path_slot_actions_are_refused(start_sim):
+    sim = start_sim()
     for action, body in (("save", {"filename": "x.bin"}), ("restore", {"filename": "x.bin"}), ("erase", {})):
         status, answer = slot_action(sim, 0, action, body)
         assert status == 501 and answer["error"]["type"] == "not_supported_error"
         assert "does not support slots action" in answer["error"]["message"]
 
 
-def test_an_unknown_slot_or_action_is_refused(sims, tmp_path):
-    sim = sims("--slot-save-path", str(tmp_path))
+def test_an_unknown_slot_or_action_is_refused(start_sim, tmp_path):
+    sim = start_sim("--slot-save-path", str(tmp_path))
     assert slot_action(sim, 1, "erase")[0] == 400
     assert slot_action(sim, 0, "copy", {"filename": "x.bin"})[0] == 400
 
 
 # -- faults ------------------------------------------------------------------------------
 
-def test_save_error_answers_500_and_writes_nothing(sims, tmp_path):
+def test_save_error_answers_500_and_writes_nothing(start_sim, tmp_path):
     saves = tmp_path / "slots"
-    sim = sims("--slot-save-path", str(saves), "--slot-fault", "save-error")
+    sim = start_sim("--slot-save-path", str(saves), "--slot-fault", "save-error")
     complete(sim, PROMPT)
     status, answer = slot_action(sim, 0, "save", {"filename": "x.bin"})
     assert status == 500 and "save-error" in answer["error"]["message"]
@@ -189,9 +174,9 @@ def test_save_error_answers_500_and_writes_nothing(sims, tmp_path):
     assert call(f"{sim.url}/sim/stats")[1]["slot_saves"] == 0
 
 
-def test_save_hang_never_answers_and_the_sim_serves_on(sims, tmp_path):
+def test_save_hang_never_answers_and_the_sim_serves_on(start_sim, tmp_path):
     saves = tmp_path / "slots"
-    sim = sims("--slot-save-path", str(saves), "--slot-fault", "save-hang")
+    sim = start_sim("--slot-save-path", str(saves), "--slot-fault", "save-hang")
     complete(sim, PROMPT)
     with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
         call(f"{sim.url}/slots/0?action=save", {"filename": "x.bin"}, timeout=1.0)
@@ -200,21 +185,21 @@ def test_save_hang_never_answers_and_the_sim_serves_on(sims, tmp_path):
     assert call(f"{sim.url}/sim/stats")[1]["slot_saves"] == 0
 
 
-def test_restore_faults(sims, tmp_path):
+def test_restore_faults(start_sim, tmp_path):
     saves = tmp_path / "slots"
-    writer = sims("--slot-save-path", str(saves))
+    writer = start_sim("--slot-save-path", str(saves))
     complete(writer, PROMPT)
     assert slot_action(writer, 0, "save", {"filename": "x.bin"})[0] == 200
     writer.close()
 
-    failing = sims("--slot-save-path", str(saves), "--slot-fault", "restore-error")
+    failing = start_sim("--slot-save-path", str(saves), "--slot-fault", "restore-error")
     status, answer = slot_action(failing, 0, "restore", {"filename": "x.bin"})
     assert status == 500 and "restore-error" in answer["error"]["message"]
     assert call(f"{failing.url}/sim/stats")[1]["slot_restores"] == 0
     failing.close()
 
     # restore-corrupt answers as a good restore does; only the follow-up's cache_n tells.
-    corrupting = sims("--slot-save-path", str(saves), "--slot-fault", "restore-corrupt")
+    corrupting = start_sim("--slot-save-path", str(saves), "--slot-fault", "restore-corrupt")
     status, restored = slot_action(corrupting, 0, "restore", {"filename": "x.bin"})
     assert status == 200 and restored["n_restored"] == 6
     assert complete(corrupting, f"{PROMPT} tok0 tok1 jumps")["cache_n"] == 0
