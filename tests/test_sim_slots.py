@@ -57,7 +57,7 @@ def test_choose_slot(cached, busy, prompt, slot):
 # -- the prompt cache --------------------------------------------------------------------
 
 def test_a_follow_up_sharing_the_prefix_reuses_the_slot_cache(start_sim):
-    sim = start_sim()
+    sim = start_sim("--timings")
     assert complete(sim, PROMPT) == {"prompt_n": 4, "cache_n": 0, "predicted_n": 2}
     # The slot holds prompt and answer (" tok0 tok1"): a follow-up that carries both reuses them.
     assert complete(sim, f"{PROMPT} tok0 tok1 jumps") == {"prompt_n": 1, "cache_n": 6, "predicted_n": 2}
@@ -69,7 +69,7 @@ def test_a_follow_up_sharing_the_prefix_reuses_the_slot_cache(start_sim):
 
 
 def test_chat_streams_its_timings_in_the_last_chunk(start_sim):
-    sim = start_sim()
+    sim = start_sim("--timings")
     body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 2}
     assert call(f"{sim.url}/v1/chat/completions", body)[1]["timings"]["cache_n"] == 0
     follow_up = {

@@ -76,11 +76,11 @@ class StreamEncoder:
         plan = self._plan
         reason = plan.finish_reason.encode()
         # llama.cpp sends its timings with the last chunk.
-        timings = json.dumps(timings_of(plan), separators=(",", ":")).encode()
+        timings = b',"timings":' + json.dumps(timings_of(plan), separators=(",", ":")).encode() if plan.timings else b""
         if plan.kind == "chat":
-            finish = self._head + b'"delta":{},"logprobs":null,"finish_reason":"%b"}],"timings":%b}\n\n' % (reason, timings)
+            finish = self._head + b'"delta":{},"logprobs":null,"finish_reason":"%b"}]%b}\n\n' % (reason, timings)
         else:
-            finish = self._head + b'"text":"","logprobs":null,"finish_reason":"%b"}],"timings":%b}\n\n' % (reason, timings)
+            finish = self._head + b'"text":"","logprobs":null,"finish_reason":"%b"}]%b}\n\n' % (reason, timings)
         if not plan.include_usage:
             return finish + DONE
         # The usage event has no choices; its head is the template's minus the open choice.
@@ -159,7 +159,7 @@ def whole_answer(plan: Plan, request_id: str, created: int) -> dict[str, Any]:
         "model": plan.model,
         "choices": [choice],
         "usage": usage_of(plan),
-        "timings": timings_of(plan),
+        **({"timings": timings_of(plan)} if plan.timings else {}),
     }
 
 

@@ -51,6 +51,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="pace of the prompt tokens a slot did not already hold, before the first token (0 = instant)",
     )
     sim.add_argument(
+        "--timings", action="store_true",
+        help="answer with llama.cpp's timings (prompt_n, cache_n, predicted_n); implied by the other slot flags",
+    )
+    sim.add_argument(
         "--slot-save-path", metavar="DIR", help="serve /slots/{id}?action=save|restore|erase, with files in DIR"
     )
     sim.add_argument(
@@ -85,5 +89,6 @@ def main(args: argparse.Namespace) -> int:
             prefill_tokens_per_second=args.prefill_tokens_per_second,
             slot_save_path=args.slot_save_path,
             slot_fault=args.slot_fault,
+            timings=args.timings,
         )
     )

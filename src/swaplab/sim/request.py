@@ -39,6 +39,7 @@ class Plan:
     prompt: tuple[str, ...] = ()
     id_slot: int | None = None  # llama.cpp's `id_slot`: the slot the request asks for; None (or -1): any
     cache_tokens: int = 0  # prompt tokens the slot already held (llama.cpp's `timings.cache_n`), set once a slot is chosen
+    timings: bool = False  # whether the answer carries llama.cpp's `timings` (`--timings`, or any slot flag)
 
 
 def plan_request(

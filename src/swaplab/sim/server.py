@@ -61,6 +61,7 @@ class SimSettings:
     prefill_tokens_per_second: float = 0.0  # pace of the prompt tokens a slot did not hold; 0: instant
     slot_save_path: str | None = None  # where /slots/{id}?action=save writes; None: save and restore refused
     slot_fault: SlotFault = "none"
+    timings: bool = False  # llama.cpp's `timings` (prompt_n, cache_n) in answers; implied by the slot flags
 
     def __post_init__(self) -> None:
         for name in (
@@ -108,6 +109,12 @@ class Sim:
             fault=settings.slot_fault,
         )
         self._prefill_interval = 1 / settings.prefill_tokens_per_second if settings.prefill_tokens_per_second else 0.0
+        # Off by default: a plain sim answers as OpenAI does, and what a router reads of llama.cpp's
+        # timings (cached tokens) must not change every test that counts tokens through a sim.
+        self._timings = (
+            settings.timings or settings.slot_save_path is not None or settings.parallel != 1
+            or settings.prefill_tokens_per_second > 0
+        )
 
     def app(self) -> web.Application:
         """The aiohttp application; serve it with handler_cancellation=True."""
@@ -186,7 +193,7 @@ class Sim:
             slot, cached = self._slots.begin(plan.prompt, plan.id_slot)
         except BadRequest as bad:
             return error(400, str(bad))
-        plan = replace(plan, cache_tokens=cached)
+        plan = replace(plan, cache_tokens=cached, timings=self._timings)
         # Only the prompt tokens the slot did not hold are prefilled; the first token waits for them.
         started += (plan.prompt_tokens - cached) * self._prefill_interval
 
