@@ -287,8 +287,10 @@ models:
             assert (await socket.receive()).data == "small"
             await socket.send_bytes(b"x" * (2 * 1024 * 1024))
             closing = await socket.receive()
+            # Never relayed (before, the sim echoed it back): the router closes with 1009, which the
+            # client reads as such, or as 1006 when the close lands while it is still sending the frame.
             assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING)
-            assert socket.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+            assert socket.close_code in (aiohttp.WSCloseCode.MESSAGE_TOO_BIG, aiohttp.WSCloseCode.ABNORMAL_CLOSURE)
 
         # One large body at a time: while a slow client holds the slot, the next large one waits,
         # then is told to retry; small bodies go by.
