@@ -141,19 +141,24 @@ class SwaplabProcess:
 class Router(SwaplabProcess):
     """`swaplab serve` on a free port with its own state directory."""
 
-    def __init__(self, config: Path | None, workdir: Path, *extra: str, port: int | None = None):
+    def __init__(
+        self, config: Path | None, workdir: Path, *extra: str, port: int | None = None, env: dict[str, str] | None = None
+    ):
         # The built-in default gives its backends this port + 1 and + 2: keep all three free.
         self.port = port or (free_port_block(3) if config is None else free_port())
         self.url = f"http://127.0.0.1:{self.port}"
         self.state_dir = workdir / "state"
         self.db = workdir / "swaplab.db"
+        # Saved KV caches (kvCache, on for the built-in models) stay in the test's folder, never the user's.
+        self.kv_cache_dir = workdir / "kvcache"
+        env = {"SWAPLAB_KVCACHE_DIR": str(self.kv_cache_dir), **(env or {})}
         args = [
             "serve", "--listen", f"127.0.0.1:{self.port}", "--state-dir", str(self.state_dir),
             "--db", str(self.db), *extra,
         ]
         if config is not None:
             args += ["--config", str(config)]
-        super().__init__(args, workdir / f"router-{self.port}.log")
+        super().__init__(args, workdir / f"router-{self.port}.log", env)
         self.wait_http(f"{self.url}/health")
 
 

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from swaplab.results.activity import ActivityRecord
@@ -33,6 +39,7 @@ QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 PENDING_OBSERVATIONS = 4096
 START_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0)
 WAKE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 120.0)
+CONTEXT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class NetworkFigures(Protocol):
@@ -229,6 +236,36 @@ class Metrics:
             "swaplab:peer_model_available", "1 when the peer's model answered its last probe, else 0.",
             ["peer", "model"], registry=registry,
         )
+        self.context_saves = Counter(
+            "swaplab:kvcache_saves_total",
+            "llama.cpp slots saved to disk before their server stopped (kvCache), by outcome (ok, failed).",
+            ["model", "outcome"], registry=registry,
+        )
+        self.context_restores = Counter(
+            "swaplab:kvcache_restores_total",
+            "Saved slots restored into a started server before it took requests (kvCache), by outcome (ok, failed).",
+            ["model", "outcome"], registry=registry,
+        )
+        self.context_bytes = Counter(
+            "swaplab:kvcache_bytes_total", "Bytes of KV cache saved and restored (kvCache), by direction.",
+            ["model", "direction"], registry=registry,
+        )
+        self.context_save_time = Histogram(
+            "swaplab:kvcache_save_seconds", "Time one slot's save took, failed ones included (kvCache).",
+            ["model"], buckets=CONTEXT_BUCKETS, registry=registry,
+        )
+        self.context_restore_time = Histogram(
+            "swaplab:kvcache_restore_seconds", "Time one slot's restore took, failed ones included (kvCache).",
+            ["model"], buckets=CONTEXT_BUCKETS, registry=registry,
+        )
+        self.context_evictions = Counter(
+            "swaplab:kvcache_evictions_total", "Saved caches deleted to keep the kvCache disk budget (oldest first).",
+            ["model"], registry=registry,
+        )
+        self.context_disk = Gauge(
+            "swaplab:kvcache_disk_bytes", "Bytes the saved KV caches hold on disk now, all models (kvCache).",
+            registry=registry,
+        )
         self.backend_up = Gauge("swaplab:backend_up", "1 while the model's backend is ready.", ["model"], registry=registry)
         self.activity_dropped = Counter(
             "swaplab:activity_records_dropped_total", "Activity records not written to the store (queue full or write failed).",
@@ -286,6 +323,28 @@ class Metrics:
     def sleep_fallback(self, model: str, during: str) -> None:
         """A sleep or wake (`during`) failed: the backend was stopped instead."""
         self.sleep_fallbacks.labels(model, during).inc()
+
+    def context_saved(self, model: str, ok: bool, seconds: float, size: int) -> None:
+        """One slot's save before a stop (kvCache) ended: `size` bytes on disk, or failed."""
+        self.context_saves.labels(model, "ok" if ok else "failed").inc()
+        self.context_save_time.labels(model).observe(seconds)
+        if ok:
+            self.context_bytes.labels(model, "saved").inc(size)
+
+    def context_restored(self, model: str, ok: bool, seconds: float, size: int) -> None:
+        """One slot's restore after a start (kvCache) ended: `size` bytes read, or failed."""
+        self.context_restores.labels(model, "ok" if ok else "failed").inc()
+        self.context_restore_time.labels(model).observe(seconds)
+        if ok:
+            self.context_bytes.labels(model, "restored").inc(size)
+
+    def watch_context_disk(self, used_bytes: Callable[[], int]) -> None:
+        """`swaplab:kvcache_disk_bytes` reads `used_bytes` at every scrape."""
+        self.context_disk.set_function(used_bytes)
+
+    def context_evicted(self, model: str) -> None:
+        """A saved cache was deleted for the disk budget."""
+        self.context_evictions.labels(model).inc()
 
     def sleeper_stopped(self, model: str) -> None:
         """A sleeping backend was stopped for the host memory budget."""

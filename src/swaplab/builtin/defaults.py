@@ -30,7 +30,7 @@ def default_config_text(start_port: int = 5800) -> str:
 # Both models sit in the implicit swap group, so one runs at a time. llama.cpp's
 # server drops idle keep-alive connections after 5 s: idleConn stays below that.
 # --fetch-demo downloads a model's GGUF from the package index on its first start,
-# hence the long health check.
+# hence the long health check. kvCache keeps a conversation's context across swaps.
 healthCheckTimeout: {FIRST_START_SECONDS}
 startPort: {start_port}
 models:
@@ -47,6 +47,8 @@ models:
     proxy: http://127.0.0.1:${{PORT}}
     checkEndpoint: /health
     timeouts: {{idleConn: 4}}
+    # A swap saves its slots of 1024+ tokens and restores them on its return (docs/kvcache.md).
+    kvCache: true
   gemma3-270m:
     name: Gemma-3-270M
     description: "Base model, for completions. Q4_K_M GGUF joined from four PyPI chunk wheels."
@@ -59,4 +61,6 @@ models:
     proxy: http://127.0.0.1:${{PORT}}
     checkEndpoint: /health
     timeouts: {{idleConn: 4}}
+    # A swap saves its slots of 1024+ tokens and restores them on its return (docs/kvcache.md).
+    kvCache: true
 """

@@ -29,3 +29,9 @@ def entry_hash(model: ModelConfig) -> str:
     """A short, stable fingerprint of the resolved entry, for results measured through the router."""
     document = json.dumps(asdict(_resolved(model)), sort_keys=True, default=str)
     return hashlib.sha256(document.encode()).hexdigest()[:16]
+
+
+def context_hash(model: ModelConfig) -> str:
+    """The entry's fingerprint as far as a saved KV cache is concerned: every resolved setting but
+    `kvCache`'s own, which say when a cache is saved, not what it holds (`fleet.kvstore`)."""
+    return entry_hash(replace(model, kv_cache=None))

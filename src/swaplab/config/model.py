@@ -6,6 +6,7 @@ defaults applied. The loader (`swaplab.config.loader`) is the only producer.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -108,8 +109,15 @@ class KvCacheConfig:
     """Seconds the saves may add to a stop; past them the server stops without its cache."""
 
 
+KVCACHE_ENVIRONMENT_VARIABLE = "SWAPLAB_KVCACHE_DIR"
+
+
 def default_kvcache_path() -> str:
-    """Where saved KV caches live when the config names no `kvCache.path`."""
+    """Where saved KV caches live when the config names no `kvCache.path`: `$SWAPLAB_KVCACHE_DIR`,
+    else the user data folder's kvcache/."""
+    override = os.environ.get(KVCACHE_ENVIRONMENT_VARIABLE)
+    if override:
+        return os.path.abspath(os.path.expanduser(override))
     return str(Path(platformdirs.user_data_dir("swaplab")) / "kvcache")
 
 

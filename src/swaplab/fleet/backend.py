@@ -13,6 +13,13 @@ the process is being spawned or health-checked ends with no process, never with 
 that nobody owns. `sleep()` and `wake()` are requests of the same kind: the same task
 makes the engine's calls, proves readiness after a wake as after a start, and when a
 call fails or times out, stops the process (the fallback: the fleet then starts it cold).
+One concept, at some length: one task owns a process from spawn to exit, and the rule that it
+looks at a stop after every await holds only while its steps stay in its sight.
+
+With `kvCache:` (llama.cpp), the same task saves the server's slots before a stop ends it
+and restores them after a start proves it ready, before any request is admitted
+(`fleet.context`): each within the model's `saveTimeout`, and a failure
+only costs the cache (a cold prefill), never the stop or the start.
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ import aiohttp
 
 from swaplab.config.model import ModelConfig
 from swaplab.errors import BackendStartError
+from swaplab.fleet.context import ContextKeeper
 from swaplab.fleet.devices import device_env
 from swaplab.fleet.engineapi import call_all, first_of, poll_ready, tree_gib
+from swaplab.fleet.kvstore import KvStore, saves_context
 from swaplab.fleet.logs import LogHub
 from swaplab.fleet.output import ProcessOutput, settle
 from swaplab.fleet.reaper import (
@@ -42,6 +51,7 @@ from swaplab.fleet.reaper import (
     signal_group,
 )
 from swaplab.fleet.run import Run
+from swaplab.metrics import Metrics
 
 log = logging.getLogger("swaplab.fleet")
 
@@ -50,6 +60,7 @@ log = logging.getLogger("swaplab.fleet")
 # A model whose sleep or wake failed this many times in a row is stopped, not put to
 # sleep, until its config entry changes.
 SLEEP_FAULT_LIMIT = 2
+
 
 
 class State(enum.StrEnum):
@@ -104,6 +115,8 @@ class Backend:
         http: aiohttp.ClientSession,
         on_change: Callable[[Backend, Run], None],
         extra_env: dict[str, str] | None = None,
+        kv_store: KvStore | None = None,
+        metrics: Metrics | None = None,
     ):
         self.model = model
         self.health_check_timeout = health_check_timeout
@@ -112,6 +125,9 @@ class Backend:
         self._http = http
         self._on_change = on_change
         self._extra_env = extra_env or {}
+        self.context = ContextKeeper(model, kv_store, metrics, http, lambda run: self._on_change(self, run),
+                                     self._fell_back_to) if kv_store is not None and saves_context(model) else None
+        """Its KV-cache saves and restores (`kvCache`); None without."""
         self.state = State.STOPPED
         self.run: Run | None = None
         self._runs = 0
@@ -146,6 +162,15 @@ class Backend:
     @property
     def pid(self) -> int | None:
         return self.run.pid if self.run is not None else None
+
+    @property
+    def phase(self) -> str:
+        """What the run is doing within its state (`restoring context`, `saving context`), or ""."""
+        return self.context.phase if self.context is not None else ""
+
+    def _fell_back_to(self, why: str) -> None:
+        self.last_fallback = why
+        self.fell_back_at = time.monotonic()
 
     @property
     def may_sleep(self) -> bool:
@@ -185,10 +210,11 @@ class Backend:
         self._set(State.STARTING)
         return run
 
-    def stop(self, reason: str = "stopped") -> asyncio.Future[None]:
+    def stop(self, reason: str = "stopped", *, save_context: bool = True) -> asyncio.Future[None]:
         """Ask the current run to end; the future is done when no process of it is left.
 
-        The state shows `stopping` at once; the run's own task does the stopping.
+        The state shows `stopping` at once; the run's own task does the stopping (and, with
+        `kvCache`, saves the slots first unless `save_context` is False: a reload's stop).
         """
         run = self.run
         if run is None:
@@ -197,6 +223,7 @@ class Backend:
             return done
         if not run.stop_wanted.is_set():
             run.stop_reason = reason
+            run.save_context = save_context
             run.stop_wanted.set()
             if self.state not in (State.STOPPING, State.STOPPED):
                 self._set(State.STOPPING)
@@ -224,8 +251,11 @@ class Backend:
         begun = run.begun
         self.started_at = time.time()
         outcome: BaseException | None = None
+        served = False
         try:
             failure = await self._bring_up(run, begun + self.health_check_timeout)
+            if failure is None and not run.stop_wanted.is_set() and run.context_dir is not None and self.context is not None:
+                await self.context.restore(run)
             if failure is None and not run.stop_wanted.is_set():
                 self.start_seconds = time.monotonic() - begun
                 self.ready_at = time.time()
@@ -234,6 +264,7 @@ class Backend:
                 self.became_ready = time.monotonic()
                 self._set(State.READY)
                 log.info("%s ready in %.2f s (pid %s)", self.id, self.start_seconds, run.pid)
+                served = True
                 await self._serve(run)
             elif failure is not None and not run.stop_wanted.is_set():
                 self.last_error = str(failure)
@@ -243,6 +274,8 @@ class Backend:
                 outcome = BackendStartError(f"model {self.id!r} was stopped while starting ({run.stop_reason})")
             if self.state is not State.STOPPING:
                 self._set(State.STOPPING)
+            if served and self.context is not None and run.context_dir is not None and run.save_context and not run.exited.is_set():
+                await self.context.save(run)
             # A failed start is reported once its process is gone, not before.
             await self._terminate(run)
         except asyncio.CancelledError:
@@ -260,6 +293,8 @@ class Backend:
                 run.ready.set_exception(outcome or BackendStartError(f"model {self.id!r} did not start"))
             self.run = None
             self.state = State.STOPPED
+            if self.context is not None:
+                self.context.phase = ""
             run.ended.set_result(None)
             self._on_change(self, run)
             log.info("%s stopped", self.id)
@@ -369,6 +404,8 @@ class Backend:
             raise BackendStartError(
                 f"model {self.id!r} has no cmd: it cannot be started (give it a cmd in the config)"
             )
+        if self.context is not None:
+            argv = await self.context.command(run, argv)
         env = self._environment()
         loop = asyncio.get_running_loop()
         try:

@@ -1,10 +1,11 @@
 """What the fleet asks of an engine's own HTTP API: is it ready (readiness that means ready),
-sleep, wake; and what a sleeping process holds in RAM. The backend's lifecycle task decides
-when; this says how."""
+sleep, wake, save and restore llama.cpp's slots; and what a sleeping process holds in RAM.
+The backend's lifecycle task decides when; this says how."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -132,3 +133,88 @@ async def first_of(*awaitables) -> None:
     finally:
         for task in tasks:
             task.cancel()
+
+
+# -- llama.cpp's slots: a KV cache saved on eviction, restored on return -------------------
+
+
+class SlotCallFailed(Exception):
+    """A call to llama.cpp's /slots failed or timed out; the message says how.
+
+    `answered`: the server sent an HTTP answer (it lives); False when it went silent or away.
+    `timed_out`: no answer within the time given."""
+
+    def __init__(self, message: str, *, answered: bool = True, timed_out: bool = False):
+        super().__init__(message)
+        self.answered = answered
+        self.timed_out = timed_out
+
+
+async def slot_holdings(http: aiohttp.ClientSession, proxy: str, timeout: float) -> list[tuple[int, int | None, bool]]:
+    """`GET /slots`: each slot's id, the tokens it holds (None when the server does not say) and
+    whether it is processing a request now."""
+    document = await _slots_call(http, "GET", f"{proxy.rstrip('/')}/slots", None, timeout)
+    if not isinstance(document, list):
+        raise SlotCallFailed(f"GET /slots: expected a list of slots, got {type(document).__name__}")
+    holdings = []
+    for slot in document:
+        if not isinstance(slot, dict) or not _count(slot.get("id")):
+            raise SlotCallFailed("GET /slots: a slot without an id")
+        tokens: int | None = None
+        if "n_prompt_tokens" in slot or "id_task" in slot:
+            # What the slot's cache holds: its prompt, plus what it generated after it.
+            decoded = (slot.get("next_token") or [{}])[0]
+            tokens = _count_or_zero(slot.get("n_prompt_tokens")) + _count_or_zero(
+                decoded.get("n_decoded") if isinstance(decoded, dict) else 0)
+        elif "prompt" not in slot:  # a slot that never held a task lists neither
+            tokens = 0
+        holdings.append((slot["id"], tokens, bool(slot.get("is_processing"))))
+    return holdings
+
+
+async def slot_action(
+    http: aiohttp.ClientSession, proxy: str, slot_id: int, action: str, filename: str, timeout: float
+) -> dict:
+    """`POST /slots/{id}?action=save|restore` with the file name; llama.cpp's answer (n_saved, n_written;
+    n_restored, n_read)."""
+    url = f"{proxy.rstrip('/')}/slots/{slot_id}?action={action}"
+    document = await _slots_call(http, "POST", url, {"filename": filename}, timeout)
+    if not isinstance(document, dict):
+        raise SlotCallFailed(f"{action} of slot {slot_id}: expected a JSON object")
+    return document
+
+
+async def _slots_call(http: aiohttp.ClientSession, method: str, url: str, body: dict | None, timeout: float):
+    what = f"{method} {urlsplit(url).path}"
+    try:
+        async with http.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            text = await response.text(errors="replace")
+            if response.status != 200:
+                raise SlotCallFailed(f"{what}: HTTP {response.status} {_error_text(text)}")
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise SlotCallFailed(f"{what}: the answer is not JSON") from None
+    except TimeoutError:
+        raise SlotCallFailed(f"{what}: no answer within {timeout:.3g} s", answered=False, timed_out=True) from None
+    except aiohttp.ClientError as error:
+        raise SlotCallFailed(f"{what}: {error or type(error).__name__}", answered=False) from None
+
+
+def _error_text(text: str) -> str:
+    """llama.cpp's `{"error": {"message": ...}}`, else the body's start."""
+    try:
+        message = json.loads(text)["error"]["message"]
+        if isinstance(message, str):
+            return message[:200]
+    except (ValueError, KeyError, TypeError):
+        pass
+    return text.strip()[:200]
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _count_or_zero(value: object) -> int:
+    return value if _count(value) else 0  # type: ignore[return-value]

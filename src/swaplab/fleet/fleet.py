@@ -44,6 +44,7 @@ from swaplab.fleet.backend import Backend, Run, State
 from swaplab.fleet.devices import DeviceProbe, free_gib
 from swaplab.fleet.engineapi import tree_gib
 from swaplab.fleet.hostmemory import available_gib, make_room, over_budget
+from swaplab.fleet.kvstore import KvStore, saves_context
 from swaplab.fleet.lease import (
     BackendUnavailable,
     Lease,
@@ -53,7 +54,7 @@ from swaplab.fleet.lease import (
 from swaplab.fleet.logs import LogHub
 from swaplab.fleet.placement import Placement, Resident, claims, place
 from swaplab.fleet.reaper import PidFiles
-from swaplab.fleet.status import backend_entry, device_entries
+from swaplab.fleet.status import backend_entry, context_entry, device_entries
 from swaplab.metrics import Metrics
 
 log = logging.getLogger("swaplab.fleet")
@@ -126,6 +127,10 @@ class Fleet:
         self._schedule_pending = False
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
+        self.kv_store = KvStore(config.kv_cache_store)
+        self.kv_store.configure(config)
+        self.kv_store.on_evict = lambda cache: self.metrics.context_evicted(cache.model or "?")
+        self.metrics.watch_context_disk(self.kv_store.used_bytes)
         self.swaps = 0
         self.listeners: list[Callable[[], None]] = []
         """Called after every change of any backend's state, as it happens (the live feed's `modelStatus`)."""
@@ -135,6 +140,11 @@ class Fleet:
         reaped = await asyncio.to_thread(self.pid_files.reap_leftovers)
         if reaped:
             log.warning("reaped leftovers of a previous run: %s", ", ".join(reaped))
+        if any(saves_context(model) for model in self.config.models.values()):
+            try:
+                await self.kv_store.open()
+            except OSError as error:
+                log.warning("kvCache: the saved contexts cannot be read (%s)", error)
         self._http = aiohttp.ClientSession()
 
     def backend(self, model_id: str) -> Backend | None:
@@ -155,6 +165,8 @@ class Fleet:
                 pid_files=self.pid_files,
                 http=self._http,
                 on_change=self._backend_changed,
+                kv_store=self.kv_store,
+                metrics=self.metrics,
             )
             self._backends[model_id] = backend
         return backend
@@ -359,7 +371,7 @@ class Fleet:
                 continue
             if backend.state in (State.READY, State.SLEEPING):
                 log.info("%s: stopping the server of its previous config entry", model_id)
-                backend.stop(STOP_RELOAD)
+                backend.stop(STOP_RELOAD, save_context=False)  # the new entry could not restore it
             elif backend.state is State.STOPPED and model_id in removed:
                 del self._backends[model_id]
         self._retiring = pending
@@ -569,7 +581,7 @@ class Fleet:
             self._enforce_host_budget()
         elif backend.state is State.STOPPING:
             self.metrics.backend_state(backend.id, False)
-            if run.fallback:
+            if run.fallback and backend.model.sleep is not None:
                 self.metrics.sleep_fallback(backend.id, "sleep" if "sleep failed" in run.fallback else "wake")
         elif backend.state is State.STOPPED:
             now = time.monotonic()
@@ -636,7 +648,8 @@ class Fleet:
         self._retiring = True
         # Servers still starting for the old entry are stopped now; ready ones finish
         # the requests they have first (graceful), then `_schedule` stops them.
-        starting = [b.stop(STOP_RELOAD) for b in self._backends.values() if b.id in changed and b.state is State.STARTING]
+        self.kv_store.configure(config)
+        starting = [b.stop(STOP_RELOAD, save_context=False) for b in self._backends.values() if b.id in changed and b.state is State.STARTING]
         self._schedule()
         await asyncio.gather(*starting)
 
@@ -673,8 +686,29 @@ class Fleet:
                 now=now,
                 host_gib=self._host_cost(backend) if backend.model.sleep is not None else None,
                 secrets=secrets,
+                context=self.context_status(backend.id, backend),
             ))
         return entries
+
+    def context_status(self, model_id: str, backend: Backend | None = None) -> dict[str, Any] | None:
+        """The model's `kv_cache` object (`status.context_entry`); None without `kvCache`."""
+        model = self.config.models.get(model_id)
+        backend = backend or self._backends.get(model_id)
+        if backend is not None and backend.state is not State.STOPPED:
+            model = backend.model  # the entry it runs (a reload may have changed the config's)
+        if model is None or not saves_context(model):
+            return None
+        return context_entry(model, backend, self.kv_store.saved(model_id), self.kv_store.identity(model), time.time())
+
+    def contexts_status(self) -> dict[str, Any]:
+        """`/running`'s `kv_cache`: the store's folder, budget and use, and each model's saved context."""
+        models = {m: entry for m in sorted(self.config.models) if (entry := self.context_status(m)) is not None}
+        return {
+            "path": self.kv_store.settings.path,
+            "budget_gib": self.kv_store.settings.budget_gib,
+            "used_bytes": self.kv_store.used_bytes(),
+            "models": models,
+        }
 
     def devices_status(self) -> list[dict[str, Any]]:
         """One entry per declared device (and per device NVML sees): size, claims, real memory (`status.device_entries`)."""

@@ -9,16 +9,22 @@ data, except the manifest's small file I/O (`record_saved`, `read_manifest`, `fo
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 MANIFEST = "swaplab-kvcache.json"
 MANIFEST_VERSION = 1
+LOCK = ".swaplab-kvcache.lock"
+# The files swaplab names (`cache_file_name`): only these are ever swept from a directory.
+_OURS = re.compile(r"[0-9a-f]{16}-slot[0-9]+(-[0-9a-f]+)?\.bin")
 
 # llama-server's spellings of the flags that change what a saved slot's bytes mean.
 _FLAGS = {
@@ -53,6 +59,14 @@ class SavedCache:
     bytes: int
     saved_at: float
     file_name: str
+    model: str = ""
+    """The model id that saved it (shown; the identity is what decides a restore)."""
+    used_at: float = 0.0
+    """When it was last restored (0: never); the disk budget removes the least recently used first."""
+
+    @property
+    def last_used(self) -> float:
+        return max(self.saved_at, self.used_at)
 
 
 def cache_layout(argv: Sequence[str]) -> Layout:
@@ -82,9 +96,10 @@ def cache_identity(entry_hash: str, model_file_size: int, model_file_mtime_ns: i
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
 
-def cache_file_name(identity: str, slot_id: int) -> str:
-    """The file a slot's cache is saved to: one per identity and slot, so a new save replaces the old."""
-    return f"{identity}-slot{slot_id}.bin"
+def cache_file_name(identity: str, slot_id: int, nonce: str = "") -> str:
+    """The file a slot's cache is saved to. Each save gets a new `nonce`, so a save cut short never
+    overwrites the good file before it: `record_saved` replaces the old one once the new one is whole."""
+    return f"{identity}-slot{slot_id}" + (f"-{nonce}" if nonce else "") + ".bin"
 
 
 def runs_llama_server(argv: Sequence[str]) -> bool:
@@ -103,12 +118,12 @@ def with_slot_save_path(argv: Sequence[str], directory: str) -> list[str]:
 
 
 def _oldest_first(saved: Sequence[SavedCache]) -> list[SavedCache]:
-    # The file name breaks a tie of saved_at, so the same caches always give the same answer.
-    return sorted(saved, key=lambda cache: (cache.saved_at, cache.file_name))
+    # The file name breaks a tie, so the same caches always give the same answer.
+    return sorted(saved, key=lambda cache: (cache.last_used, cache.file_name))
 
 
 def over_budget(saved: Sequence[SavedCache], budget_bytes: int) -> list[SavedCache]:
-    """The caches to delete, least recently saved first, until the rest fit in `budget_bytes`."""
+    """The caches to delete, least recently saved or restored first, until the rest fit in `budget_bytes`."""
     held = sum(cache.bytes for cache in saved)
     remove: list[SavedCache] = []
     for cache in _oldest_first(saved):
@@ -131,6 +146,7 @@ def _well_formed(cache: SavedCache) -> bool:
     return (
         isinstance(cache.identity, str) and counts(cache.slot_id) and counts(cache.tokens)
         and counts(cache.bytes) and isinstance(cache.saved_at, (int, float)) and isinstance(cache.file_name, str)
+        and isinstance(cache.model, str) and isinstance(cache.used_at, (int, float))
     )
 
 
@@ -195,13 +211,65 @@ def _write_manifest(directory: Path, caches: Sequence[SavedCache]) -> None:
         raise
 
 
+@contextlib.contextmanager
+def locked(directory: str | os.PathLike[str]) -> Iterator[None]:
+    """Holds the directory's lock file: two routers sharing a save directory never lose each other's entries."""
+    with open(Path(directory) / LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def record_saved(directory: str | os.PathLike[str], cache: SavedCache) -> SavedCache:
-    """Adds a cache whose file the server has written to the manifest, with the size its file has now."""
+    """Adds a cache whose file the server has written to the manifest, with the size its file has now.
+
+    It replaces the entry of the same identity and slot; the file that entry named is deleted
+    once the manifest no longer lists it.
+    """
     directory = Path(directory)
-    recorded = SavedCache(**{**asdict(cache), "bytes": (directory / cache.file_name).stat().st_size})
-    kept = [old for old in read_manifest(directory).caches if old.file_name != cache.file_name]
-    _write_manifest(directory, [*kept, recorded])
+    recorded = replace(cache, bytes=(directory / cache.file_name).stat().st_size)
+    old = read_manifest(directory).caches
+    replaced = [c for c in old if c.file_name == cache.file_name
+                or (c.identity, c.slot_id) == (cache.identity, cache.slot_id)]
+    _write_manifest(directory, [*(c for c in old if c not in replaced), recorded])
+    for stale in replaced:
+        if stale.file_name != recorded.file_name:
+            (directory / stale.file_name).unlink(missing_ok=True)
     return recorded
+
+
+def mark_used(directory: str | os.PathLike[str], file_name: str, when: float) -> None:
+    """Records that a cache was restored at `when` (the budget keeps the most recently used)."""
+    directory = Path(directory)
+    caches = read_manifest(directory).caches
+    if any(c.file_name == file_name for c in caches):
+        _write_manifest(directory, [replace(c, used_at=when) if c.file_name == file_name else c for c in caches])
+
+
+def sweep(directory: str | os.PathLike[str], now: float, min_age: float) -> list[str]:
+    """Tidies a save directory: entries whose file is missing or cut short leave the manifest, and
+    files swaplab named that the manifest does not list (a save cut short by a kill) are deleted
+    once older than `min_age` seconds (a younger one may be another router's save under way).
+    Returns the deleted files' names."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    listed = {cache.file_name for cache in manifest.caches}
+    if manifest.notes and (directory / MANIFEST).exists():
+        _write_manifest(directory, manifest.caches)
+    deleted = []
+    for path in directory.iterdir():
+        if not _OURS.fullmatch(path.name) or path.name in listed:
+            continue
+        try:
+            if now - path.stat().st_mtime < min_age:
+                continue
+            path.unlink()
+        except OSError:
+            continue
+        deleted.append(path.name)
+    return sorted(deleted)
 
 
 def forget_saved(directory: str | os.PathLike[str], caches: Sequence[SavedCache]) -> None:

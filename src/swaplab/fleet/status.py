@@ -5,13 +5,14 @@ Pure functions over what the fleet hands them; reading a backend changes nothing
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from swaplab.config.model import Config
+from swaplab.config.model import Config, ModelConfig
 from swaplab.config.redact import command_text
 from swaplab.fleet.backend import SLEEP_FAULT_LIMIT, Backend, State
 from swaplab.fleet.devices import DeviceReading
+from swaplab.fleet.kvcache import SavedCache
 
 
 def backend_entry(
@@ -24,9 +25,11 @@ def backend_entry(
     now: float,
     host_gib: float | None = None,
     secrets: Iterable[str] = (),
+    context: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A backend's state, load and last failure; `waiting` is why its queued requests wait, if known.
 
+    `context` is its `kv_cache` object (`context_entry`), for a model with `kvCache`.
     Its `cmd` is shown with its secrets masked (`config.redact.command_text`): secret flags' and
     assignments' values, and `secrets` (the config's keys) wherever they appear.
     """
@@ -46,10 +49,14 @@ def backend_entry(
     }
     if not backend.state.holds_gpu and queued and waiting is not None:
         entry["waiting"] = waiting
+    if backend.phase:
+        entry["phase"] = backend.phase
     if backend.start_seconds is not None:
         entry["start_seconds"] = round(backend.start_seconds, 3)
     if backend.model.sleep is not None:
         entry["sleep"] = _sleep_json(backend, host_gib)
+    if context is not None:
+        entry["kv_cache"] = context
     if backend.consecutive_failures:
         entry["consecutive_failures"] = backend.consecutive_failures
         entry["last_error"] = backend.last_error
@@ -84,6 +91,48 @@ def _sleep_json(backend: Backend, host_gib: float | None) -> dict[str, Any]:
         entry["consecutive_faults"] = backend.sleep_faults
     if backend.last_fallback:
         entry["last_fallback"] = backend.last_fallback
+    return entry
+
+
+def context_entry(
+    model: ModelConfig, backend: Backend | None, saved: Sequence[SavedCache], identity: str | None, now: float
+) -> dict[str, Any]:
+    """What is saved of a model's context (`kvCache`) and how its saves and restores went: the
+    `kv_cache` object of `/running` and the live feed. `identity` is the model's cache identity now:
+    a saved cache of another one (its entry or model file changed since) is `stale` and never restored."""
+    settings = model.kv_cache
+    assert settings is not None
+    slots = []
+    for cache in saved:
+        slot: dict[str, Any] = {
+            "slot": cache.slot_id, "tokens": cache.tokens, "bytes": cache.bytes, "saved_at": cache.saved_at,
+            "age_seconds": round(max(0.0, now - cache.saved_at), 1),
+        }
+        if cache.identity != identity:
+            slot["stale"] = True
+        slots.append(slot)
+    current = [s for s in slots if not s.get("stale")]
+    entry: dict[str, Any] = {
+        "min_tokens": settings.min_tokens,
+        "save_timeout": settings.save_timeout,
+        "saved_tokens": sum(s["tokens"] for s in current),
+        "saved_bytes": sum(s["bytes"] for s in current),
+        "saved": slots,
+    }
+    stats = backend.context if backend is not None else None
+    if backend is None or stats is None:
+        return entry
+    entry.update(saves=stats.saves, restores=stats.restores, save_failures=stats.save_failures,
+                 restore_failures=stats.restore_failures)
+    if backend.state is not State.STOPPED and stats.restored_tokens:
+        entry["restored_tokens"] = stats.restored_tokens
+    if stats.last_save_seconds is not None:
+        entry["last_save_seconds"] = round(stats.last_save_seconds, 3)
+    if stats.last_restore_seconds is not None:
+        entry["last_restore_seconds"] = round(stats.last_restore_seconds, 3)
+    if stats.last_failure:
+        entry["last_failure"] = stats.last_failure
+        entry["failed_at"] = stats.failed_at
     return entry
 
 

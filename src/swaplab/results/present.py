@@ -172,10 +172,24 @@ def model_name(model: str, requested_model: str | None) -> str:
 # -- activity ---------------------------------------------------------------------------------
 
 
+def _ttft_tags(row: dict[str, Any]) -> list[str]:
+    tags = [row["waited_for"]] if row.get("waited_for") else []
+    metadata = row.get("metadata")
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            metadata = None
+    if isinstance(metadata, dict) and metadata.get("context") == "restored":
+        tags.append("restored")
+    return tags
+
+
 def activity_table(rows: list[dict[str, Any]], *, title: str | None = None) -> Table:
     """A rich table of activity rows, in the order given; a session column when any row names one.
 
-    A request that waited for its model's cold start or wake says so beside its TTFT: `12034 (start)`.
+    A request that waited for its model's cold start or wake says so beside its TTFT: `12034 (start)`;
+    one whose prompt came from a restored context (kvCache) says `(restored)`.
     """
     from rich.table import Table
 
@@ -209,7 +223,7 @@ def activity_table(rows: list[dict[str, Any]], *, title: str | None = None) -> T
             row["path"],
             status,
             f"{_or_dash(row['prompt_tokens'])}/{_or_dash(row['completion_tokens'])}",
-            _or_dash(row["ttft_ms"]) + (f" ({row['waited_for']})" if row.get("waited_for") else ""),
+            _or_dash(row["ttft_ms"]) + "".join(f" ({tag})" for tag in _ttft_tags(row)),
             _or_dash(row["tokens_per_second"], "{:.1f}"),
             _duration(row["duration_ms"]),
             error,

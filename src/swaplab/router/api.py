@@ -123,7 +123,8 @@ class LlamaSwapApi:
 
     def model_status(self) -> list[dict[str, Any]]:
         """`modelStatus`: every model sorted by id (unlisted ones too), then the peers' models;
-        swaplab adds `pid`, `in_flight`, `queued`, `devices` and `sleep` (as `/running` has them)."""
+        swaplab adds `pid`, `in_flight`, `queued`, `devices`, `sleep`, `phase` and `kv_cache` (as `/running` has
+        them; `kv_cache` for stopped models too)."""
         router = self.router
         config = router.config
         running = {entry["model"]: entry for entry in router.fleet.status()}
@@ -148,6 +149,11 @@ class LlamaSwapApi:
             )
             if "sleep" in live:
                 entry["sleep"] = live["sleep"]
+            if "phase" in live:
+                entry["phase"] = live["phase"]
+            context = live.get("kv_cache") or router.fleet.context_status(model.id)
+            if context is not None:
+                entry["kv_cache"] = context
             models.append(entry)
         for peer in config.peers.values():
             for name in peer.models:

@@ -327,7 +327,11 @@ class Router:
             for name in peer.models
             for health in [self.peers.health(peer.id, name)]
         ]
-        return web.json_response({"running": self.fleet.status(), "devices": self._devices(), "peers": peers})
+        document: dict[str, Any] = {"running": self.fleet.status(), "devices": self._devices(), "peers": peers}
+        contexts = self.fleet.contexts_status()
+        if contexts["models"]:  # some model keeps its context (kvCache): what is saved, stopped models' too
+            document["kv_cache"] = contexts
+        return web.json_response(document)
 
     def _devices(self) -> list[dict[str, Any]]:
         devices_status = getattr(self.fleet, "devices_status", None)

@@ -264,7 +264,7 @@ class Forwarder:
             except asyncio.CancelledError:
                 observation.end(completed=False, disconnected=True)  # left while queued
                 raise
-            observation.admitted(lease.waited_for, lease.fallback)
+            observation.admitted(lease.waited_for, lease.fallback, lease.run.claim_restored if lease.run.restored else None)
             for attempt in (1, 2):
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.
@@ -325,7 +325,8 @@ class Forwarder:
 
         def progress() -> bytes:
             entry = next((e for e in self.fleet.status() if e["model"] == model_id), {})
-            text = progress_text(model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting"))
+            text = progress_text(model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting"),
+                                 entry.get("phase", ""))
             return loading_event(model_id, text)
 
         keepalive.show_progress(progress, LOADING_INTERVAL)

@@ -34,9 +34,11 @@ def loading_event(model_id: str, text: str, created: int | None = None) -> bytes
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
-def progress_text(model_id: str, state: str, seconds: float, waiting: str | None) -> str:
+def progress_text(model_id: str, state: str, seconds: float, waiting: str | None, phase: str = "") -> str:
     if waiting:
         return f"[swaplab] {model_id}: {waiting} ({seconds:.0f} s)\n"
+    if phase:  # `restoring context`: the server is up, its saved KV cache is being read back (kvCache)
+        return f"[swaplab] {model_id}: {phase} ({seconds:.0f} s)\n"
     if state in ("waking", "sleeping"):  # a wake takes seconds, where a load takes minutes: say which it is
         return f"[swaplab] waking {model_id} ({seconds:.0f} s)\n"
     return f"[swaplab] loading {model_id}: {state} ({seconds:.0f} s)\n"

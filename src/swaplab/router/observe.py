@@ -65,7 +65,7 @@ class RequestObservation:
 
     __slots__ = (
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
-        "request_headers", "session_headers", "capture_id", "pending", "response", "metadata", "waited_for",
+        "request_headers", "session_headers", "capture_id", "pending", "response", "metadata", "waited_for", "context_claim",
         "content_type", "sent_bytes", "upstream", "cancelled", "flight",
         "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
@@ -102,6 +102,7 @@ class RequestObservation:
         self.metadata = metadata
         """llama-swap's annotations of the request (`{"selector": ID}`), for its record."""
         self.waited_for: str | None = None
+        self.context_claim: Callable[[int | None], bool] | None = None
         """`start` or `wake` when the request waited for its model to get ready (the lease says)."""
         self.time = time.time()
         self._started = time.perf_counter()
@@ -155,10 +156,15 @@ class RequestObservation:
         """Seconds since the request arrived."""
         return time.perf_counter() - self._started
 
-    def admitted(self, waited_for: str | None, fallback: str) -> None:
-        """The fleet admitted the request: what it waited for (`start`, `wake`, None), and why a
-        wake it waited for fell back to a cold start ("" when none did)."""
+    def admitted(
+        self, waited_for: str | None, fallback: str, context_claim: Callable[[int | None], bool] | None = None
+    ) -> None:
+        """The fleet admitted the request: what it waited for (`start`, `wake`, None), why a wake it
+        waited for fell back to a cold start, or a context restore to a cold prefill ("" when none did),
+        and, on a server that restored saved slots (kvCache), how to ask whether its cached tokens came
+        from them (`Run.claim_restored`)."""
         self.waited_for = waited_for
+        self.context_claim = context_claim
         if fallback:
             self.metadata = {**(self.metadata or {}), "fallback": fallback}
 
@@ -271,6 +277,9 @@ class RequestObservation:
             head = tail = head + tail  # one contiguous body: search all of it both ways
         counts = token_counts(head, tail)
         status = self.status or (499 if disconnected else 502)
+        if self.context_claim is not None and status < 400 and self.context_claim(counts.cached_tokens):
+            # Its prompt was read from a context saved before a swap and restored on this start.
+            self.metadata = {**(self.metadata or {}), "context": "restored"}
         if error is None and (status >= 400 or self.streamed):
             error = error_message(tail, whole_body=not self.streamed and status >= 400)
         if error is None and not completed and not disconnected:

@@ -59,7 +59,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     sim.add_argument(
         "--slot-fault", default="none", metavar="FAULT",
-        help="what slot actions do instead: none, save-error, save-hang, restore-error or restore-corrupt",
+        help="what slot actions do instead: none, save-error, save-hang, restore-error, restore-corrupt,"
+             " restore-hang or restore-crash (the sim exits)",
     )
 
 

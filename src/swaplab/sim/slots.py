@@ -23,7 +23,9 @@ from swaplab.errors import SwaplabError
 from swaplab.sim import chunks
 from swaplab.sim.request import BadRequest, json_body
 
-SlotFault = Literal["none", "save-error", "save-hang", "restore-error", "restore-corrupt"]
+SlotFault = Literal[
+    "none", "save-error", "save-hang", "restore-error", "restore-corrupt", "restore-hang", "restore-crash"
+]
 SLOT_FAULTS: tuple[SlotFault, ...] = get_args(SlotFault)
 
 # What `/slots` reports as each slot's context size; the sim never runs out of it.
@@ -163,8 +165,10 @@ class Slots:
     # -- HTTP --------------------------------------------------------------
 
     async def _list(self, request: web.Request) -> web.Response:
+        # As llama.cpp's server lists them: a slot that has held a task says how many tokens.
         return web.json_response([
-            {"id": index, "n_ctx": N_CTX, "is_processing": self.busy[index], "prompt": " ".join(tokens)}
+            {"id": index, "n_ctx": N_CTX, "is_processing": self.busy[index], "prompt": " ".join(tokens),
+             **({"n_prompt_tokens": len(tokens), "next_token": [{"n_decoded": 0}]} if tokens else {})}
             for index, tokens in enumerate(self.tokens)
         ])
 
@@ -192,7 +196,7 @@ class Slots:
             return _error(400, str(bad))
         if action == "save":
             return await self._save(slot, self.save_path / filename, filename)
-        return self._restore(slot, self.save_path / filename, filename)
+        return await self._restore(slot, self.save_path / filename, filename)
 
     async def _save(self, slot: int, path: Path, filename: str) -> web.Response:
         if self.fault == "save-error":
@@ -216,10 +220,18 @@ class Slots:
             "timings": {"save_ms": _elapsed_ms(started)},
         })
 
-    def _restore(self, slot: int, path: Path, filename: str) -> web.Response:
+    async def _restore(self, slot: int, path: Path, filename: str) -> web.Response:
         if self.fault == "restore-error":
             _log("slot restore: injecting fault 'restore-error'")
             return _error(500, "simulated slot restore failure (fault 'restore-error')")
+        if self.fault == "restore-hang":
+            _log("slot restore: injecting fault 'restore-hang'")
+            await asyncio.get_running_loop().create_future()  # never answered; the slot stays as it was
+        if self.fault == "restore-crash":
+            # What a server that chokes on a file does: it dies mid-restore, with no answer.
+            _log("slot restore: injecting fault 'restore-crash': exiting")
+            sys.stdout.flush()
+            os._exit(70)
         started = asyncio.get_running_loop().time()
         try:
             data = path.read_bytes()

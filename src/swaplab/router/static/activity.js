@@ -33,6 +33,10 @@ function ttftCell(row) {
     const title = row.waited_for === "wake" ? "waited for its model to wake" : "waited for its model to start";
     nodes.push(h("span", { class: "waited", dataset: { waited: row.waited_for }, title }, row.waited_for));
   }
+  if (row.metadata && row.metadata.context === "restored") {
+    // Its prompt came from a context saved before a swap and restored on this start (kvCache).
+    nodes.push(h("span", { class: "waited", dataset: { waited: "restored" }, title: "its prompt was read from a saved context restored after a swap" }, "restored"));
+  }
   return nodes;
 }
 

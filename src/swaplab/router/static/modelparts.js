@@ -3,7 +3,7 @@
 
 import { modelPath, postJson } from "./api.js";
 import { chip, h, setText } from "./dom.js";
-import { ago, duration, gib, stateLabel } from "./format.js";
+import { ago, bytes, count, duration, gib, stateLabel } from "./format.js";
 import { inflightByModel, refreshDetails, state } from "./live.js";
 import { toast } from "./toast.js";
 
@@ -39,6 +39,8 @@ export function describeModel(status, running, catalog, requests) {
     startSeconds: running ? running.start_seconds : null,
     sleepable: Boolean(catalog && catalog.sleep),
     sleep: (running && running.sleep) || status.sleep || null,
+    kvCache: (running && running.kv_cache) || status.kv_cache || null,
+    phase: (running && running.phase) || status.phase || "",
     failures: (running && running.consecutive_failures) || 0,
     lastError: (running && running.last_error) || "",
     backoffSeconds: running ? running.backoff_seconds : null,
@@ -105,6 +107,8 @@ export function modelProblem(model) {
   if (model.sleep && model.sleep.last_fallback) return { kind: "warning", text: `wake fell back to a cold start: ${model.sleep.last_fallback}` };
   if (model.sleep && model.sleep.enabled === false) return { kind: "warning", text: "sleep disabled after two failed sleeps or wakes in a row" };
   if (model.waiting) return { kind: "info", text: model.waiting };
+  if (model.phase) return { kind: "info", text: `${model.phase}…` };
+  if (model.kvCache && model.kvCache.last_failure) return { kind: "warning", text: `context: ${model.kvCache.last_failure}` };
   return null;
 }
 
@@ -130,7 +134,26 @@ export function modelFacts(model) {
     if (sleep.wakes) parts.push(`${sleep.wakes} ${sleep.wakes === 1 ? "wake" : "wakes"}`);
     if (parts.length) facts.push({ kind: "sleep", text: parts.join(" · ") });
   }
+  const context = model.kvCache;
+  if (context) facts.push({ kind: "context", text: contextText(context, model.state) });
   return facts;
+}
+
+/** What is kept of the model's context across swaps (kvCache): saved tokens, size, age; restored ones. */
+export function contextText(context, modelState) {
+  const parts = [];
+  if (modelState !== "stopped" && context.restored_tokens) {
+    const took = context.last_restore_seconds != null ? ` in ${duration(context.last_restore_seconds)}` : "";
+    parts.push(`restored ${count(context.restored_tokens)} tokens${took}`);
+  }
+  const saved = (context.saved || []).filter((slot) => !slot.stale);
+  if (saved.length) {
+    const newest = Math.max(...saved.map((slot) => slot.saved_at));
+    parts.push(`context saved: ${count(context.saved_tokens)} tokens in ${saved.length} ${saved.length === 1 ? "slot" : "slots"} · ${bytes(context.saved_bytes)} · ${ago(new Date(newest * 1000))}`);
+  } else if (!parts.length) {
+    parts.push(`keeps its context across swaps (slots of ${count(context.min_tokens)}+ tokens)`);
+  }
+  return parts.join(" · ");
 }
 
 // -- actions ------------------------------------------------------------------------
