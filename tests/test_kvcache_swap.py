@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from procs import SIM, alive, eventually
+from procs import SIM, alive, eventually, run_swaplab
 from routerclient import running, sim_stats
 
 from swaplab.fleet.kvcache import MANIFEST, read_manifest
@@ -131,6 +131,10 @@ async def test_a_b_a_restores_a_s_context_and_says_so_everywhere(router_factory,
     assert [r["model"] for r in rows] == ["a", "b", "a"]
     assert rows[2]["metadata"].get("context") == "restored" and rows[2]["cached_tokens"] >= prompt
     assert "context" not in rows[0]["metadata"]
+    # `swaplab activity` says it beside the TTFT, of that request alone.
+    printed = run_swaplab("activity", "--db", str(router.db), env={"COLUMNS": "200"})
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.count("(restored)") == 1
 
 
 async def test_a_later_cache_hit_of_the_same_run_is_not_called_restored(router_factory, tmp_path):

@@ -559,6 +559,9 @@ def test_the_pages_pure_functions_in_the_browser(router_factory):
             const { describeBody } = await import("/ui/static/capture.js");
             const { count, rate, ms, duration } = await import("/ui/static/format.js");
             const { dedent } = await import("/ui/static/model.js");
+            const { contextText } = await import("/ui/static/modelparts.js");
+            const savedAt = Date.now() / 1000 - 90;
+            const saved = [{ slot: 1, tokens: 1150, bytes: 26514856, saved_at: savedAt }, { slot: 0, tokens: 9, bytes: 40, saved_at: 1, stale: true }];
             const chunks = ["data: one\\r", "\\n\\r\\n: a comment\\n\\nevent: x\\ndata: two\\ndata: lines\\n\\ndata: cut"];
             const body = new ReadableStream({ start(controller) {
                 for (const chunk of chunks) controller.enqueue(new TextEncoder().encode(chunk));
@@ -578,6 +581,11 @@ def test_the_pages_pure_functions_in_the_browser(router_factory):
                 none: describeBody(null, ""),
                 formats: [count(-1), count(1234), rate(-1), rate(0), ms(999), ms(1500), duration(125)],
                 dedent: dedent("  a:\\n    b: 1\\n"),
+                context: [
+                    contextText({ min_tokens: 1024, saved, saved_tokens: 1150, saved_bytes: 26514856 }, "stopped"),
+                    contextText({ min_tokens: 1024, saved, saved_tokens: 1150, saved_bytes: 26514856, restored_tokens: 1150, last_restore_seconds: 0.012 }, "ready"),
+                    contextText({ min_tokens: 1024, saved: [saved[1]], saved_tokens: 0, saved_bytes: 0 }, "stopped"),
+                ],
             };
         }""")
     assert results["events"] == [{"event": "message", "data": "one"}, {"event": "x", "data": "two\nlines"}]
@@ -590,6 +598,10 @@ def test_the_pages_pure_functions_in_the_browser(router_factory):
     assert results["formats"][0] == "–" and results["formats"][2:5] == ["–", "–", "999 ms"]
     assert results["formats"][5:] == ["1.50 s", "2:05"]
     assert results["dedent"] == "a:\n  b: 1"
+    # kvCache: what is saved (a stale slot not counted), what a running model restored.
+    assert results["context"][0] == "context saved: 1,150 tokens in 1 slot · 25 MiB · 2 min ago"
+    assert results["context"][1].startswith("restored 1,150 tokens in ") and "context saved: 1,150 tokens" in results["context"][1]
+    assert results["context"][2] == "keeps its context across swaps (slots of 1,024+ tokens)"
     assert errors == []
 
 
