@@ -374,3 +374,24 @@ async def eventually_gone(pid: int) -> None:
         return not alive(pid)
 
     await eventually(gone, 30, f"pid {pid} to exit")
+
+
+@pytest.mark.parametrize(("edit", "kept"), [
+    (("{minTokens: 20, saveTimeout: 5}", "{minTokens: 21, saveTimeout: 5}"), True),  # kvCache's own keys only
+    (("--timings ", "--timings --ttft-ms 1 "), False),  # the command: the new entry could not restore it
+])
+async def test_a_reload_saves_the_context_only_when_the_new_entry_can_restore_it(router_factory, tmp_path, edit, kept):
+    router = router_factory(config(tmp_path))
+    async with aiohttp.ClientSession() as session:
+        first = await ask(session, router.url, "a", LONG)
+        pid = (await running(session, router.url))["a"]["pid"]
+        path = tmp_path / "config.yaml"
+        path.write_text(path.read_text().replace(*edit))
+        router.signal(signal.SIGHUP)
+        await eventually_gone(pid)  # an idle model of a changed entry stops at once
+        follow_up = await ask(session, router.url, "a", FOLLOW_UP)
+        saves = await metric(session, router.url, "swaplab:kvcache_saves_total", model="a", outcome="ok")
+    if kept:
+        assert saves == 1 and follow_up["timings"]["cache_n"] >= first["timings"]["prompt_n"]
+    else:
+        assert saves == 0 and follow_up["timings"]["cache_n"] == 0

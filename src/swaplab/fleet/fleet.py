@@ -37,6 +37,7 @@ from typing import Any
 
 import aiohttp
 
+from swaplab.config.identity import context_hash
 from swaplab.config.model import Config
 from swaplab.config.redact import config_secrets
 from swaplab.errors import BackendStartError
@@ -371,7 +372,10 @@ class Fleet:
                 continue
             if backend.state in (State.READY, State.SLEEPING):
                 log.info("%s: stopping the server of its previous config entry", model_id)
-                backend.stop(STOP_RELOAD, save_context=False)  # the new entry could not restore it
+                # Its context is worth saving only if the new entry can restore it (a kvCache-only edit).
+                new = self.config.models.get(model_id)
+                keeps = new is not None and context_hash(new) == context_hash(backend.model)
+                backend.stop(STOP_RELOAD, save_context=keeps)
             elif backend.state is State.STOPPED and model_id in removed:
                 del self._backends[model_id]
         self._retiring = pending
