@@ -115,6 +115,7 @@ async def test_a_b_a_restores_a_s_context_and_says_so_everywhere(router_factory,
         assert "stale" not in saved[0] and saved[0]["age_seconds"] >= 0
         assert document["kv_cache"]["used_bytes"] == saved[0]["bytes"]
         assert "b" not in document["kv_cache"]["models"]  # b has no kvCache
+        assert (tmp_path / "kvcache").stat().st_mode & 0o077 == 0  # the conversation's tokens: its owner's only
 
         assert await metric(session, url, "swaplab:kvcache_saves_total", model="a", outcome="ok") == 1
         assert await metric(session, url, "swaplab:kvcache_restores_total", model="a", outcome="ok") == 1
