@@ -22,7 +22,7 @@ restore both, so rounds after the first would measure two conversations instead 
 round's message also starts with its own number, so no prompt prefix is shared across rounds.
 
 Cases (SmolLM2 prefills about 270 tokens/s on 2 CPU cores: the 6k case's cold prefill takes
-25 to 50 s, a full run about 15 minutes):
+25 to 50 s, a full run about 8 minutes):
 
   1k    a ~1,000-token first message, the built-in default layout (ctx 4096, parallel 2)
   slot  ~1,900 tokens, about the longest one slot of that layout (2,048 tokens) holds with
@@ -339,8 +339,11 @@ def median_range(values: list[float], digits: int = 2) -> str:
 
 
 def counts(values: list[int | None]) -> str:
-    shown = sorted({str(v) for v in values})
-    return "/".join(shown) if shown else "-"
+    """`1004-1006`: the range of a token count over the rounds (`-` when llama.cpp did not say)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    return f"{min(known)}" if min(known) == max(known) else f"{min(known)}-{max(known)}"
 
 
 def report(case: Case, rounds: list[Round]) -> dict:
@@ -351,15 +354,15 @@ def report(case: Case, rounds: list[Round]) -> dict:
     print(f"case {case.name}: {case.what}; first message {min(tokens)}-{max(tokens)} prompt tokens "
           f"(ctx {case.ctx}, parallel {case.parallel}: a slot holds {case.ctx // case.parallel}), "
           f"{len(by_model[KEPT])} round(s) each")
-    header = (f"{'':<13} {'follow-up TTFT, median (min-max)':<34} {'cache_n':>8} {'prompt_n':>8}  "
+    header = (f"{'':<13} {'follow-up TTFT, median (min-max)':<34} {'cache_n':>9} {'prompt_n':>9}  "
               f"{'swap to B (B request)':<26} {'save':<22} {'restore':<22}")
     print(header)
     for model, items in by_model.items():
         # Saves and restores of a few dozen MB take milliseconds: three digits show them.
         save = median_range([r.save_seconds for r in items], 3) if model == KEPT else "-"
         restore = median_range([r.restore_seconds for r in items], 3) if model == KEPT else "-"
-        print(f"{model:<13} {median_range([r.ttft for r in items]):<34} {counts([r.cache_n for r in items]):>8} "
-              f"{counts([r.prompt_n for r in items]):>8}  {median_range([r.swap_seconds for r in items]):<26} "
+        print(f"{model:<13} {median_range([r.ttft for r in items]):<34} {counts([r.cache_n for r in items]):>9} "
+              f"{counts([r.prompt_n for r in items]):>9}  {median_range([r.swap_seconds for r in items]):<26} "
               f"{save:<22} {restore:<22}")
     kept_ttft = statistics.median(r.ttft for r in by_model[KEPT])
     cold_ttft = statistics.median(r.ttft for r in by_model[COLD])
