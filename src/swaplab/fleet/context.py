@@ -27,7 +27,7 @@ from swaplab.fleet.engineapi import (
     slot_holdings,
 )
 from swaplab.fleet.kvcache import SavedCache, cache_file_name, with_slot_save_path
-from swaplab.fleet.kvstore import KvStore
+from swaplab.fleet.kvstore import KvStore, make_directory
 from swaplab.fleet.output import settle
 from swaplab.fleet.run import Run
 from swaplab.metrics import Metrics
@@ -64,8 +64,6 @@ class ContextKeeper:
         self.failed_at: float | None = None
         self.last_save_seconds: float | None = None
         self.last_restore_seconds: float | None = None
-        self.saved_tokens = 0
-        """Tokens the last stop saved (all slots)."""
         self.restored_tokens = 0
         """Tokens the current run restored (all slots)."""
 
@@ -74,7 +72,7 @@ class ContextKeeper:
         slots only in the folder it was started with); the run remembers that folder."""
         directory = self._store.directory(self.model)
         try:
-            await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True, mode=0o700)
+            await asyncio.to_thread(make_directory, directory)
         except OSError as error:
             log.warning("%s: the kvCache folder %s cannot be made (%s): its context will not be kept",
                         self.model.id, directory, error)
@@ -86,7 +84,7 @@ class ContextKeeper:
         self.phase = phase
         self._changed(run)
 
-    def _context_failed(self, run: Run, what: str, why: str, started: float, restore: bool) -> None:
+    def _context_failed(self, what: str, why: str, started: float, restore: bool) -> None:
         """A save or restore failed: counted, said, shown; the model goes on without that cache."""
         seconds = time.monotonic() - started
         if restore:
@@ -114,9 +112,8 @@ class ContextKeeper:
         """Saves each slot holding at least `minTokens` within `saveTimeout`; whatever fails or is cut
         short is deleted (a file the manifest does not list is never restored), and the stop goes on."""
         store, settings = self._store, self.model.kv_cache
-        assert store is not None and settings is not None
         directory = run.context_dir
-        assert directory is not None
+        assert settings is not None and directory is not None
         found = await asyncio.to_thread(store.identity, self.model)
         if found is None:
             log.warning("%s: its model file cannot be read: its context is not saved", self.model.id)
@@ -124,13 +121,12 @@ class ContextKeeper:
         self._phase(run, "saving context")
         deadline = time.monotonic() + settings.save_timeout
         began = time.monotonic()
-        saved_tokens = 0
         try:
             try:
                 holdings = await self._slots_call(
                     run, slot_holdings(self._http, self.model.proxy, settings.save_timeout))
             except SlotCallFailed as error:
-                self._context_failed(run, "listing its slots", str(error), began, restore=False)
+                self._context_failed("listing its slots", str(error), began, restore=False)
                 return
             for slot_id, tokens, processing in holdings:  # type: ignore[union-attr]
                 if processing or (tokens is not None and tokens < settings.min_tokens):
@@ -139,7 +135,7 @@ class ContextKeeper:
                 what = f"saving slot {slot_id}"
                 started = time.monotonic()
                 if remaining <= 0:
-                    self._context_failed(run, what, f"saveTimeout of {settings.save_timeout:g} s spent", started,
+                    self._context_failed(what, f"saveTimeout of {settings.save_timeout:g} s spent", started,
                                          restore=False)
                     break
                 name = cache_file_name(found, slot_id, f"{time.time_ns():x}")
@@ -150,7 +146,7 @@ class ContextKeeper:
                     await store.discard(directory, name)
                     why = f"no answer within its saveTimeout of {settings.save_timeout:g} s" if error.timed_out \
                         else str(error)
-                    self._context_failed(run, what, why, started, restore=False)
+                    self._context_failed(what, why, started, restore=False)
                     if not error.answered:
                         break  # a server that went silent or away saves nothing more
                     continue
@@ -164,10 +160,9 @@ class ContextKeeper:
                         file_name=name, model=self.model.id))
                 except OSError as error:
                     await store.discard(directory, name)
-                    self._context_failed(run, what, f"the file cannot be listed: {error}", started, restore=False)
+                    self._context_failed(what, f"the file cannot be listed: {error}", started, restore=False)
                     continue
                 seconds = time.monotonic() - started
-                saved_tokens += n_saved
                 self.saves += 1
                 self.last_save_seconds = seconds
                 if self._metrics is not None:
@@ -175,7 +170,6 @@ class ContextKeeper:
                 log.info("%s: saved slot %d's context (%d tokens, %.1f MB) in %.2f s", self.model.id, slot_id, n_saved,
                          recorded.bytes / 1e6, seconds)
         finally:
-            self.saved_tokens = saved_tokens
             self._phase(run, "")
 
     async def restore(self, run: Run) -> None:
@@ -186,10 +180,9 @@ class ContextKeeper:
         stopped and started cold, as after a failed wake, and the caches it was given are deleted.
         """
         store, settings = self._store, self.model.kv_cache
-        assert store is not None and settings is not None
-        self.restored_tokens = 0
         directory = run.context_dir
-        assert directory is not None
+        assert settings is not None and directory is not None
+        self.restored_tokens = 0
         found = await asyncio.to_thread(store.identity, self.model)
         if found is None:
             return
@@ -220,7 +213,7 @@ class ContextKeeper:
                 except SlotCallFailed as error:
                     if error.answered:  # the server lives and refused this file: only the file goes
                         await store.forget(directory, [cache])
-                        self._context_failed(run, what, str(error), started, restore=True)
+                        self._context_failed(what, str(error), started, restore=True)
                         self._fell_back(f"{what} failed ({error}): a cold prefill")
                         continue
                     why = (f"no answer within its saveTimeout of {settings.save_timeout:g} s" if error.timed_out
@@ -267,9 +260,8 @@ class ContextKeeper:
                             started: float) -> None:
         """The fallback of a restore that took the server down or hung it: its caches deleted (they
         must not do it again), the run stopped; the fleet starts the model anew, cold."""
-        assert self._store is not None
         await self._store.forget(directory, caches)
-        self._context_failed(run, what, why, started, restore=True)
+        self._context_failed(what, why, started, restore=True)
         run.fallback = f"{what} failed ({why}); started cold instead"
         self._fell_back(run.fallback)
         run.stop_reason = run.fallback

@@ -248,11 +248,11 @@ def mark_used(directory: str | os.PathLike[str], file_name: str, when: float) ->
         _write_manifest(directory, [replace(c, used_at=when) if c.file_name == file_name else c for c in caches])
 
 
-def sweep(directory: str | os.PathLike[str], now: float, min_age: float) -> list[str]:
-    """Tidies a save directory: entries whose file is missing or cut short leave the manifest, and
-    files swaplab named that the manifest does not list (a save cut short by a kill) are deleted
-    once older than `min_age` seconds (a younger one may be another router's save under way).
-    Returns the deleted files' names."""
+def sweep(directory: str | os.PathLike[str], now: float, min_age: float) -> tuple[Manifest, list[str]]:
+    """Reads a save directory's manifest and tidies the directory: entries whose file is missing or
+    cut short leave the manifest, and files swaplab named that the manifest does not list (a save
+    cut short by a kill) are deleted once older than `min_age` seconds (a younger one may be another
+    router's save under way). Returns the manifest as read and the deleted files' names."""
     directory = Path(directory)
     manifest = read_manifest(directory)
     listed = {cache.file_name for cache in manifest.caches}
@@ -269,7 +269,7 @@ def sweep(directory: str | os.PathLike[str], now: float, min_age: float) -> list
         except OSError:
             continue
         deleted.append(path.name)
-    return sorted(deleted)
+    return manifest, sorted(deleted)
 
 
 def forget_saved(directory: str | os.PathLike[str], caches: Sequence[SavedCache]) -> None:

@@ -36,6 +36,11 @@ ORPHAN_AGE_SECONDS = 600.0
 T = TypeVar("T")
 
 
+def make_directory(directory: Path) -> None:
+    """A save folder, made its owner's only (its files hold conversations); an existing one keeps its mode."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
 def saves_context(model: ModelConfig) -> bool:
     """Whether the model's slots are saved on eviction: `kvCache` on, and a llama-server command
     (the router adds `--slot-save-path`) or any command that names its own `--slot-save-path`."""
@@ -53,8 +58,6 @@ class KvStore:
         self._lock = asyncio.Lock()
         self._listing: dict[Path, list[SavedCache]] = {}
         self._hashes: dict[int, tuple[ModelConfig, str]] = {}
-        self.evicted = 0
-        """Caches removed for the disk budget since the router started."""
         self.on_evict: Callable[[SavedCache], None] = lambda cache: None
 
     @property
@@ -117,22 +120,19 @@ class KvStore:
     async def record(self, directory: Path, cache: SavedCache) -> SavedCache:
         """A save the server finished: listed (replacing that slot's older save), then the budget kept."""
         async with self._lock:
-            recorded = await self._in_thread(directory, kvcache.record_saved, directory, cache)
-            await self._in_thread(directory, self._list, directory)
+            recorded = await self._change(directory, kvcache.record_saved, directory, cache)
             await self._keep_budget()
         return recorded
 
     async def mark_used(self, directory: Path, cache: SavedCache) -> None:
         async with self._lock:
-            await self._in_thread(directory, kvcache.mark_used, directory, cache.file_name, time.time())
-            await self._in_thread(directory, self._list, directory)
+            await self._change(directory, kvcache.mark_used, directory, cache.file_name, time.time())
 
     async def forget(self, directory: Path, caches: Iterable[SavedCache]) -> None:
         """Caches that failed to restore: out of the manifest, their files deleted."""
         caches = list(caches)
         async with self._lock:
-            await self._in_thread(directory, kvcache.forget_saved, directory, caches)
-            await self._in_thread(directory, self._list, directory)
+            await self._change(directory, kvcache.forget_saved, directory, caches)
 
     async def discard(self, directory: Path, file_name: str) -> None:
         """A file the server wrote that is not kept (too few tokens, or a save that failed)."""
@@ -148,10 +148,8 @@ class KvStore:
         for cache in remove:
             by_directory.setdefault(owners[cache], []).append(cache)
         for directory, caches in by_directory.items():
-            await self._in_thread(directory, kvcache.forget_saved, directory, caches)
-            await self._in_thread(directory, self._list, directory)
+            await self._change(directory, kvcache.forget_saved, directory, caches)
             for cache in caches:
-                self.evicted += 1
                 log.info("removed the saved context of %s slot %d (%d tokens, %.0f MB): the kvCache budget of"
                          " %g GiB needs the room", cache.model or cache.identity, cache.slot_id, cache.tokens,
                          cache.bytes / 1e6, self.settings.budget_gib)
@@ -160,19 +158,28 @@ class KvStore:
     def _list(self, directory: Path) -> list[SavedCache]:
         """The directory's whole caches; an entry whose file is missing or cut short is dropped (and said
         once), a file no manifest lists is deleted once it is old enough (a save cut short by a kill)."""
-        manifest = kvcache.read_manifest(directory)
+        manifest, deleted = kvcache.sweep(directory, time.time(), ORPHAN_AGE_SECONDS)
         for note in manifest.notes:
             log.warning("kvCache: %s", note)
-        deleted = kvcache.sweep(directory, time.time(), ORPHAN_AGE_SECONDS)
         if deleted:
             log.info("kvCache: deleted %d cache file(s) in %s that no manifest lists (saves cut short)",
                      len(deleted), directory)
         self._listing[directory] = manifest.caches
         return manifest.caches
 
+    async def _change(self, directory: Path, function: Callable[..., T], *args) -> T:
+        """`function(*args)` on the directory, then its listing read again: one thread hop, one lock."""
+
+        def change_and_list() -> T:
+            result = function(*args)
+            self._list(directory)
+            return result
+
+        return await self._in_thread(directory, change_and_list)
+
     async def _in_thread(self, directory: Path, function: Callable[..., T], *args) -> T:
         def call() -> T:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_directory(directory)
             with kvcache.locked(directory):
                 return function(*args)
 
