@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -18,6 +19,7 @@ from swaplab.fleet.kvcache import (
     read_manifest,
     record_saved,
     restorable,
+    sweep,
     with_slot_save_path,
 )
 
@@ -194,3 +196,22 @@ def test_forget_saved_takes_caches_out_of_the_manifest_and_deletes_their_files(t
     forget_saved(tmp_path, over_budget(read_manifest(tmp_path).caches, 150))
     assert read_manifest(tmp_path).caches == [new] and read_manifest(tmp_path).notes == []
     assert not (tmp_path / old.file_name).exists()
+
+
+def test_sweep_drops_cut_short_entries_and_deletes_only_old_unlisted_files_of_ours(tmp_path):
+    kept = record_saved(tmp_path, write_cache(tmp_path, "a" * 16, 0, 100))
+    cut = record_saved(tmp_path, write_cache(tmp_path, "b" * 16, 0, 100))
+    (tmp_path / cut.file_name).write_bytes(b"k" * 10)  # a rewrite cut short
+    old = tmp_path / cache_file_name("c" * 16, 1, "1a")  # a save cut short by a kill, long ago
+    young = tmp_path / cache_file_name("d" * 16, 1, "2b")  # another router's save under way
+    other = tmp_path / "notes.bin"  # not a name swaplab gives: never touched
+    for path in (old, young, other):
+        path.write_bytes(b"x")
+    for path in (old, tmp_path / cut.file_name):
+        os.utime(path, (1000.0, 1000.0))
+    os.utime(young, (1990.0, 1990.0))
+    manifest, deleted = sweep(tmp_path, now=2000.0, min_age=600.0)
+    assert manifest.caches == [kept] and len(manifest.notes) == 1  # what was read, said once
+    assert deleted == sorted([old.name, cut.file_name])
+    assert young.exists() and other.exists() and (tmp_path / kept.file_name).exists()
+    assert read_manifest(tmp_path).caches == [kept] and read_manifest(tmp_path).notes == []  # written back
