@@ -42,9 +42,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up decode at load")
     parser.add_argument("--jinja", action="store_true", help="accepted for compatibility (always on)")
     parser.add_argument("--slot-save-path", metavar="DIR", help="where POST /slots/{id}?action=save writes")
+    # What sizes the memory a load takes (swaplab fit reads the same flags off a cmd).
+    parser.add_argument("-b", "--batch-size", type=int, default=None, help="logical batch (llama.cpp's default 2048)")
+    parser.add_argument("-ub", "--ubatch-size", type=int, default=None, help="physical batch (llama.cpp's default 512)")
+    parser.add_argument("-ctk", "--cache-type-k", choices=CACHE_TYPES, default=None, help="K cache type (default f16)")
+    parser.add_argument("-ctv", "--cache-type-v", choices=CACHE_TYPES, default=None, help="V cache type (default f16)")
+    parser.add_argument("-fa", "--flash-attn", choices=sorted(FLASH_ATTN), default=None,
+                        help="flash attention (default auto)")
+    parser.add_argument("--swa-full", action="store_true", help="a full-size cache for sliding-window layers")
+    parser.add_argument("-kvu", "--kv-unified", action="store_true", help="one KV buffer shared by every slot")
+    parser.add_argument("-fit", "--fit", choices=("on", "off"), default=None,
+                        help="let llama.cpp shrink unset arguments to the devices' free memory (default on)")
+    parser.add_argument("-lv", "--verbosity", "--log-verbosity", type=int, default=None, metavar="N",
+                        help="log messages up to this level (4 shows the buffer sizes a load takes)")
+    parser.add_argument("-v", "--verbose", "--log-verbose", action="store_true", help="log everything")
     parser.add_argument("--fetch-demo", choices=sorted(DEMO_MODELS), metavar="NAME",
                         help="--model is this built-in demo model's file: fetch it there first if it is absent")
     return parser
+
+
+# llama-server's -ctk/-ctv values, each a ggml type name.
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+FLASH_ATTN = {"on": "ENABLED", "off": "DISABLED", "auto": "AUTO"}
 
 
 def _exit_on_signal(signum: int, frame) -> None:
@@ -87,6 +106,23 @@ def server_params(args: argparse.Namespace):
     params.endpoint_metrics = True
     if args.n_gpu_layers is not None:
         params.n_gpu_layers = args.n_gpu_layers
+    if args.batch_size is not None:
+        params.n_batch = args.batch_size
+    if args.ubatch_size is not None:
+        params.n_ubatch = args.ubatch_size
+    for name, value in (("cache_type_k", args.cache_type_k), ("cache_type_v", args.cache_type_v)):
+        if value is not None:
+            setattr(params, name, getattr(xllamacpp.ggml_type, f"GGML_TYPE_{value.upper()}"))
+    if args.flash_attn is not None:
+        params.flash_attn_type = getattr(xllamacpp.llama_flash_attn_type, f"LLAMA_FLASH_ATTN_TYPE_{FLASH_ATTN[args.flash_attn]}")
+    params.swa_full = args.swa_full
+    params.kv_unified = args.kv_unified
+    if args.fit is not None:
+        params.fit_params = args.fit == "on"
+    if args.verbose:
+        params.verbosity = 99
+    elif args.verbosity is not None:
+        params.verbosity = args.verbosity
     if args.alias:
         params.model_alias = set(args.alias)
     if args.api_key:
