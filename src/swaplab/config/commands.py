@@ -1,4 +1,5 @@
-"""`swaplab config check | show | init`: thin skins over the loader and the built-in default."""
+"""`swaplab config check | show | init` (thin skins over the loader and the built-in default),
+and `swaplab fit` (config/fit.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
+from swaplab.config import fit
 from swaplab.config.loader import load_config_sources, load_default_config
 from swaplab.config.model import Config, ModelConfig
 from swaplab.config.redact import REDACTED, redact_argv, redact_env
@@ -32,6 +34,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     init = actions.add_parser("init", help="write the built-in default out as a config to edit")
     init.add_argument("path", nargs="?", default=INIT_PATH, metavar="PATH", help=f"where to write it (default: {INIT_PATH})")
     init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    fit.add_parser(commands)
 
 # `swaplab config init`'s file when no PATH is given: in the current folder.
 INIT_PATH = "swaplab.yaml"
@@ -46,7 +49,9 @@ def _add_sources(action: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `swaplab config check|show|init`; returns the exit code."""
+    """Run `swaplab config check|show|init` or `swaplab fit`; returns the exit code."""
+    if args.command == "fit":
+        return fit.main(args)
     if args.config_command == "init":
         return _init(Path(args.path), force=args.force)
     if args.config_command == "check":

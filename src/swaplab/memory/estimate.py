@@ -194,7 +194,7 @@ def estimate(facts: ModelFacts, settings: LoadSettings = LoadSettings(), gpus: S
         notes.append("GPU figures follow llama.cpp's placement rules; their compute buffers are "
                      "measured on the CPU backend only (docs/memory.md)")
     del output_device
-    return Estimate(facts, settings, devices, n_ctx, n_ctx_seq, per_token * streams, flash, tuple(notes))
+    return Estimate(facts, settings, devices, n_ctx, n_ctx_seq, per_token, flash, tuple(notes))
 
 
 def _kv_rows(facts: ModelFacts, layer: int, settings: LoadSettings) -> tuple[int, int]:
