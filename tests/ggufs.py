@@ -11,8 +11,9 @@ files, they only have to load, and the same call writes the same bytes every tim
 
 Every family has a builder ``build_<family>(path) -> path``; `BUILDERS` maps the family
 name to it. All of them go through `write_gguf`, which adds a small byte-level BPE
-("gpt2") vocabulary and writes 1-D tensors as F32 and the others as F16 (no quantized
-types: the CPU backend would repack those into an extra "CPU_REPACK" buffer).
+("gpt2") vocabulary and writes 1-D tensors as F32 and the others as F16. No quantized
+types: the CPU backend repacks some of them (Q4_0 on AVX2, for one) into an extra
+"CPU_REPACK" buffer, which would make the model buffer depend on the host's CPU.
 
 Run ``python tests/ggufs.py`` to build every family into a temporary folder, load each
 with ``python -m swaplab.builtin.llamacpp`` and print the buffer lines llama.cpp logs.
