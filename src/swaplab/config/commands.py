@@ -102,7 +102,28 @@ def _check(path: str | None, config_dir: str | None, strict: bool = False) -> in
             print(warning)
         return 1
     _print_warnings(config.warnings)
+    _print_claims(config)
     return 0
+
+
+def _print_claims(config: Config) -> None:
+    """Each llama-server model's device claim beside its estimate, on stderr (docs/memory.md)."""
+    from swaplab.config.estimates import claim_estimate
+    from swaplab.memory.flags import runs_llama_server
+
+    if not config.devices:
+        return
+    for model_id, model in config.models.items():
+        if not runs_llama_server(model.cmd):
+            continue
+        estimate = config.estimates.get(model_id) or claim_estimate(model, config.devices)
+        if model.vram_gib:
+            declared = ", ".join(f"{amount:g} GiB on device {device}" for device, amount in model.vram_gib.items())
+            print(f"models.{model_id}: declares {declared}; {estimate.detail}", file=sys.stderr)
+        elif estimate.claim is not None:
+            print(f"models.{model_id}: claims {estimate.detail}", file=sys.stderr)
+        else:
+            print(f"models.{model_id}: claims its devices whole: {estimate.detail}", file=sys.stderr)
 
 
 def _show(path: str | None, config_dir: str | None, model: str | None = None) -> int:

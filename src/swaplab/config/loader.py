@@ -37,6 +37,7 @@ from swaplab.config.selectors import read_selectors
 from swaplab.config.security import read_security
 from swaplab.config.settings import read_api_keys, read_devices, read_settings
 from swaplab.config.sleep import read_host_memory
+from swaplab.config.estimates import estimate_claims
 from swaplab.config.telemetry import read_telemetry
 from swaplab.config.tree import Entry, Item, Line
 from swaplab.config.upstream import read_ignore_paths
@@ -194,6 +195,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
     check_devices(findings, models, devices)
     findings.raise_faults()
     return Config(
+        estimates=estimate_claims(models, devices),
         path=path,
         health_check_timeout=settings.health_check_timeout,
         log_level=settings.log_level,

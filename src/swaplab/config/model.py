@@ -256,6 +256,17 @@ class DeviceConfig:
     vram_gib: float = 0.0
 
 
+@dataclass(frozen=True)
+class ClaimEstimate:
+    """A model's device claim estimated from its GGUF file, where the config declares none
+    (config/estimates.py; docs/memory.md)."""
+
+    claim: dict[int, float] | None
+    """GiB per device id; None where no estimate could be made (`detail` says why)."""
+    detail: str
+    """The arithmetic (per device: weights + KV + compute), or why there is no estimate."""
+
+
 class Names:
     """What a requested name denotes in one config: a model (by id or alias) or a peer's model.
 
@@ -356,6 +367,8 @@ class Config:
     warnings: tuple[str, ...] = ()
     """`FILE:LINE: message` for each unknown key (never fatal)."""
     security: Security = field(default_factory=Security)
+    estimates: dict[str, ClaimEstimate] = field(default_factory=dict)
+    """Device claims estimated from the model files, for models with none declared."""
     """`security:`: the Host and Origin policy and the request limits (docs/security.md)."""
     notes: str | None = None
     """The catalogue's notes folder (`notes:`), relative paths already taken from the config file's folder."""

@@ -121,6 +121,9 @@ def claims(config: Config, model_id: str) -> Claim:
     if not config.devices:
         return {}
     model = config.models.get(model_id)
+    estimated = _estimated(config, model_id)
+    if estimated is not None:
+        return dict(estimated)
     devices = model.devices if model is not None and model.devices else tuple(config.devices)
     claim: Claim = {}
     for device in devices:
@@ -128,6 +131,25 @@ def claims(config: Config, model_id: str) -> Claim:
         whole = declared.vram_gib if declared is not None and declared.vram_gib else None
         claim[device] = model.vram_gib.get(device, whole) if model is not None else whole
     return claim
+
+
+def _estimated(config: Config, model_id: str) -> dict[int, float] | None:
+    """The claim estimated from the model's file, where it declares none (config/estimates.py)."""
+    model = config.models.get(model_id)
+    estimate = config.estimates.get(model_id)
+    if model is None or model.vram_gib or estimate is None:
+        return None
+    return estimate.claim
+
+
+def _explicit_amounts(config: Config, model_id: str) -> dict[int, float]:
+    """GiB amounts stated for the model: declared `vramGiB`, else its estimate."""
+    return dict(config.models[model_id].vram_gib or _estimated(config, model_id) or {})
+
+
+def _arithmetic(config: Config, model_id: str) -> str:
+    """", estimated: ..." for a model whose claim is an estimate; empty for a declared one."""
+    return f" ({config.estimates[model_id].detail})" if _estimated(config, model_id) is not None else ""
 
 
 def claim_faults(config: Config, model_id: str) -> list[str]:
@@ -142,8 +164,8 @@ def claim_faults(config: Config, model_id: str) -> list[str]:
             )
         elif declared.vram_gib and amount is not None and amount > declared.vram_gib + EPSILON_GIB:
             faults.append(
-                f"model {model_id!r} needs {amount:g} GiB on device {_device_name(declared)}, "
-                f"which has {declared.vram_gib:g} GiB"
+                f"model {model_id!r} needs {round(amount, 2):g} GiB on device {_device_name(declared)}, "
+                f"which has {declared.vram_gib:g} GiB{_arithmetic(config, model_id)}"
             )
     return faults
 
@@ -286,12 +308,12 @@ def _check_free_memory(
 ) -> Placement:
     """Refuse a start that the memory actually free cannot hold, rather than let it OOM.
 
-    Only explicit `vramGiB` amounts are checked: a whole-device claim takes what is
+    Only explicit amounts (declared `vramGiB`, or an estimate) are checked: a whole-device claim takes what is
     there, and no device ever reports all of its nominal size free. Memory of the models
     being stopped counts as free (at most their claims come back).
     """
     shortfalls = []
-    for device, amount in config.models[target].vram_gib.items():
+    for device, amount in _explicit_amounts(config, target).items():
         if device not in free_gib:
             continue
         returning = [held[r.model_id].get(device, 0.0) for r in needed]
@@ -315,10 +337,11 @@ def _check_free_memory(
         )
     after = f" even after stopping {_join(repr(r.model_id) for r in needed)}" if needed else ""
     sentences = [
-        f"model {target!r} needs {amount:g} GiB on device {_device_name(config.devices[device])}, "
+        f"model {target!r} needs {round(amount, 2):g} GiB on device {_device_name(config.devices[device])}, "
         f"which has {available:.1f} GiB free{after} (other processes hold the rest)"
         for device, amount, available in shortfalls
     ]
+    sentences[-1] += _arithmetic(config, target)
     return Placement("refuse", reason="; ".join(sentences), short_devices=devices)
 
 

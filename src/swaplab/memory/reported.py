@@ -16,7 +16,9 @@ so that later estimates for that model use the measurement.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import subprocess
+import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 MIB = 1024 * 1024
@@ -56,3 +58,34 @@ def parse_load_log(lines: Iterable[str]) -> Reported:
         name = match.group("buffer")
         buffers[name] = size if kind == "compute" else buffers.get(name, 0) + size
     return reported
+
+
+def report_of_load(argv: Sequence[str], timeout: float = 120.0) -> tuple[Reported, list[str]]:
+    """Start a llama.cpp server (`argv`, which should carry `-lv 4`), read its output until it
+    listens, stop it, and return what it reported with the lines it printed. For the tests
+    and benchmarks/memory.py that hold the estimator to llama.cpp's figures."""
+    process = subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    timer = threading.Timer(timeout, process.kill)
+    timer.start()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if "server is listening" in line or "main: model loaded" in line:
+                break
+    finally:
+        timer.cancel()
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if not any("server is listening" in line or "model loaded" in line for line in lines):
+        tail = "\n".join(lines[-15:])
+        raise RuntimeError(f"{argv[0]} did not finish loading (exit {process.returncode}):\n{tail}")
+    return parse_load_log(lines), lines
