@@ -1,0 +1,107 @@
+"""Placement with claims estimated from the model files (issue 24): a table over the pure
+decision, then end to end with the real llama.cpp server and the shipped models on a
+declared device (llama.cpp runs on the CPU here; the declared device is what is counted)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+
+import aiohttp
+import pytest
+from procs import Router
+from routerclient import chat, running
+
+from swaplab.builtin.models import GEMMA3, SMOLLM2, model_path
+from swaplab.config.loader import load_config_text
+from swaplab.config.model import ClaimEstimate, Config, DeviceConfig, ModelConfig
+from swaplab.fleet.placement import Placement, Resident, claims, place
+
+PYTHON = shlex.quote(sys.executable)
+
+
+def entry(model_id: str, vram: dict[int, float] | None = None) -> ModelConfig:
+    return ModelConfig(id=model_id, cmd=("llama-server", "-m", f"{model_id}.gguf"), cmd_stop=None,
+                       proxy="http://x", check_endpoint="none", devices=(0,), vram_gib=vram or {})
+
+
+def table_config(estimated: dict[str, float], declared: dict[str, float] | None = None) -> Config:
+    declared = declared or {}
+    models = {m: entry(m) for m in estimated} | {m: entry(m, {0: gib}) for m, gib in declared.items()}
+    return Config(
+        path="<table>", models=models, devices={0: DeviceConfig(0, "gpu0", 8.0)},
+        estimates={m: ClaimEstimate({0: gib}, f"estimated {m}: kv 4.00 GiB") for m, gib in (estimated | declared).items()},
+    )
+
+
+def idle(*models: str) -> list[Resident]:
+    return [Resident(m, "ready", last_used=float(i)) for i, m in enumerate(models)]
+
+
+@pytest.mark.parametrize(("case", "config", "target", "residents", "expected"), [
+    ("two estimates that fit run together", table_config({"a": 3.0, "b": 4.5}), "b", idle("a"), Placement("start")),
+    ("a third that does not fit evicts the least recently used idle one",
+     table_config({"a": 3.0, "b": 3.0, "c": 4.0}), "c", idle("a", "b"), Placement("evict", evict=("a",))),
+    ("a busy one is waited for", table_config({"a": 5.0, "c": 4.0}), "c", [Resident("a", "ready", busy=True)],
+     Placement("wait", blocking=("a",), reason="model 'c' waits for 'a' (busy) before it can start")),
+    ("an estimate larger than the device is refused with its arithmetic", table_config({"big": 9.25}), "big", [],
+     Placement("refuse", reason="model 'big' needs 9.25 GiB on device 0 (gpu0), which has 8 GiB (estimated big: kv 4.00 GiB)")),
+    # A declared claim wins over its estimate: 'd' declares 2 GiB, its estimate (the table's
+    # 6 GiB) is ignored, so it fits beside 'a'.
+    ("a declared claim wins", dataclasses.replace(table_config({"a": 5.0}, {"d": 2.0}),
+                                                  estimates={"a": ClaimEstimate({0: 5.0}, ""), "d": ClaimEstimate({0: 6.0}, "")}),
+     "d", idle("a"), Placement("start")),
+    # No estimate (its file is absent): the whole device, alone, as before.
+    ("no estimate: the whole device", dataclasses.replace(table_config({"a": 1.0, "b": 1.0}),
+                                                          estimates={"a": ClaimEstimate(None, "no such file")}),
+     "b", idle("a"), Placement("evict", evict=("a",))),
+])
+def test_placement_with_estimated_claims(case, config, target, residents, expected):
+    assert place(config, target, residents) == expected, case
+
+
+def entry_yaml(name: str, path: str, ctx: int) -> str:
+    return (f"  {name}:\n    cmd: {PYTHON} -m swaplab.builtin.llamacpp -m {path} --port ${{PORT}} -c {ctx} "
+            f"-np 1 -t 1 --no-warmup\n")
+
+
+@pytest.mark.llamacpp
+async def test_estimated_claims_on_a_declared_device_with_the_real_llama_cpp(tmp_path):
+    smol, gemma = model_path(SMOLLM2), model_path(GEMMA3)
+    text = (
+        "healthCheckTimeout: 120\ndevices:\n  0: {name: small, vramGiB: 0.9}\nmodels:\n"
+        + entry_yaml("smol", smol, 8192) + entry_yaml("gemma", gemma, 32768)
+        + entry_yaml("smol-long", smol, 16384) + entry_yaml("smol-huge", smol, 65536)
+    )
+    config = load_config_text(text)
+    want = {m: claims(config, m)[0] for m in config.models}
+    # Estimated from the files: 0.29 + 0.39 GiB fit 0.9 together, 0.47 + 0.39 too; all three do not.
+    assert want["smol"] + want["gemma"] <= 0.9 < want["smol"] + want["gemma"] + want["smol-long"]
+    assert want["smol-long"] + want["gemma"] <= 0.9 and want["smol-huge"] > 0.9
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(text)
+    router = Router(config_file, tmp_path)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for model in ("smol", "gemma"):
+                status, body = await chat(session, router.url, model, max_tokens=2)
+                assert status == 200, body
+            state = await running(session, router.url)
+            assert {m: e["state"] for m, e in state.items()} == {"smol": "ready", "gemma": "ready"}  # co-resident
+            assert state["smol"]["devices"]["0"] == pytest.approx(want["smol"])
+
+            status, body = await chat(session, router.url, "smol-long", max_tokens=2)
+            assert status == 200, body
+            state = {m: e["state"] for m, e in (await running(session, router.url)).items()}
+            assert state == {"gemma": "ready", "smol-long": "ready"}  # smol, least recently used, evicted
+
+            status, body = await chat(session, router.url, "smol-huge", max_tokens=2)
+            assert status == 503, body  # as every refused start: model_unavailable, with the reason
+            message = str(body)
+            assert "needs" in message and "GiB on device 0 (small), which has 0.9 GiB" in message
+            assert "estimated from" in message and "kv" in message and "q8_0" in message
+            state = {m: e["state"] for m, e in (await running(session, router.url)).items()}
+            assert state == {"gemma": "ready", "smol-long": "ready"}  # nothing stopped for a start that cannot fit
+    finally:
+        router.close()
