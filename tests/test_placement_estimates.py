@@ -90,6 +90,7 @@ async def test_estimated_claims_on_a_declared_device_with_the_real_llama_cpp(tmp
             state = await running(session, router.url)
             assert {m: e["state"] for m, e in state.items()} == {"smol": "ready", "gemma": "ready"}  # co-resident
             assert state["smol"]["devices"]["0"] == pytest.approx(want["smol"])
+            assert state["smol"]["claim_estimate"].startswith(f"estimated from {smol} at context 8192")
 
             status, body = await chat(session, router.url, "smol-long", max_tokens=2)
             assert status == 200, body

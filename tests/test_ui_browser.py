@@ -559,7 +559,7 @@ def test_the_pages_pure_functions_in_the_browser(router_factory):
             const { describeBody } = await import("/ui/static/capture.js");
             const { count, rate, ms, duration } = await import("/ui/static/format.js");
             const { dedent } = await import("/ui/static/model.js");
-            const { contextText } = await import("/ui/static/modelparts.js");
+            const { contextText, describeModel, modelChips, modelFacts } = await import("/ui/static/modelparts.js");
             const savedAt = Date.now() / 1000 - 90;
             const saved = [{ slot: 1, tokens: 1150, bytes: 26514856, saved_at: savedAt }, { slot: 0, tokens: 9, bytes: 40, saved_at: 1, stale: true }];
             const chunks = ["data: one\\r", "\\n\\r\\n: a comment\\n\\nevent: x\\ndata: two\\ndata: lines\\n\\ndata: cut"];
@@ -581,6 +581,12 @@ def test_the_pages_pure_functions_in_the_browser(router_factory):
                 none: describeBody(null, ""),
                 formats: [count(-1), count(1234), rate(-1), rate(0), ms(999), ms(1500), duration(125)],
                 dedent: dedent("  a:\\n    b: 1\\n"),
+                estimated: (() => {
+                    const detail = "estimated from m.gguf at context 8192: device 0: weights 0.09 + kv 0.18 + compute 0.02 = 0.29 GiB";
+                    const model = describeModel({ id: "m", state: "ready", claim_estimate: detail }, { devices: { "0": 0.29 } }, null, 0);
+                    const chip = modelChips(model).find((node) => node.textContent.startsWith("GPU"));
+                    return { chip: chip.textContent, title: chip.title, facts: modelFacts(model).map((fact) => fact.text) };
+                })(),
                 context: [
                     contextText({ min_tokens: 1024, saved, saved_tokens: 1150, saved_bytes: 26514856 }, "stopped"),
                     contextText({ min_tokens: 1024, saved, saved_tokens: 1150, saved_bytes: 26514856, restored_tokens: 1150, last_restore_seconds: 0.012 }, "ready"),
@@ -602,6 +608,9 @@ def test_the_pages_pure_functions_in_the_browser(router_factory):
     assert results["context"][0] == "context saved: 1,150 tokens in 1 slot · 25 MiB · 2 min ago"
     assert results["context"][1].startswith("restored 1,150 tokens in ") and "context saved: 1,150 tokens" in results["context"][1]
     assert results["context"][2] == "keeps its context across swaps (slots of 1,024+ tokens)"
+    # A claim estimated from the model file (issue 24): marked on its chip, the arithmetic shown.
+    assert results["estimated"]["chip"].endswith(" est.") and "weights 0.09 + kv 0.18" in results["estimated"]["title"]
+    assert any(text.startswith("memory estimated from m.gguf") for text in results["estimated"]["facts"])
     assert errors == []
 
 

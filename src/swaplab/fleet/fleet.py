@@ -53,7 +53,7 @@ from swaplab.fleet.lease import (
     PlacementRefused,
 )
 from swaplab.fleet.logs import LogHub
-from swaplab.fleet.placement import Placement, Resident, claims, place
+from swaplab.fleet.placement import Placement, Resident, claims, estimate_detail, place
 from swaplab.fleet.reaper import PidFiles
 from swaplab.fleet.status import backend_entry, context_entry, device_entries
 from swaplab.metrics import Metrics
@@ -691,6 +691,7 @@ class Fleet:
                 host_gib=self._host_cost(backend) if backend.model.sleep is not None else None,
                 secrets=secrets,
                 context=self.context_status(backend.id, backend),
+                estimate=estimate_detail(self.config, backend.id),
             ))
         return entries
 

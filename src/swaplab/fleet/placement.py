@@ -142,6 +142,11 @@ def _estimated(config: Config, model_id: str) -> dict[int, float] | None:
     return estimate.claim
 
 
+def estimate_detail(config: Config, model_id: str) -> str | None:
+    """The arithmetic of the model's estimated claim; None where it declares its own or has none."""
+    return config.estimates[model_id].detail if _estimated(config, model_id) is not None else None
+
+
 def _explicit_amounts(config: Config, model_id: str) -> dict[int, float]:
     """GiB amounts stated for the model: declared `vramGiB`, else its estimate."""
     return dict(config.models[model_id].vram_gib or _estimated(config, model_id) or {})
@@ -149,7 +154,8 @@ def _explicit_amounts(config: Config, model_id: str) -> dict[int, float]:
 
 def _arithmetic(config: Config, model_id: str) -> str:
     """", estimated: ..." for a model whose claim is an estimate; empty for a declared one."""
-    return f" ({config.estimates[model_id].detail})" if _estimated(config, model_id) is not None else ""
+    detail = estimate_detail(config, model_id)
+    return f" ({detail})" if detail is not None else ""
 
 
 def claim_faults(config: Config, model_id: str) -> list[str]:

@@ -26,8 +26,12 @@ def backend_entry(
     host_gib: float | None = None,
     secrets: Iterable[str] = (),
     context: dict[str, Any] | None = None,
+    estimate: str | None = None,
 ) -> dict[str, Any]:
     """A backend's state, load and last failure; `waiting` is why its queued requests wait, if known.
+
+    `estimate` is the arithmetic of its device claim where that claim is estimated from the
+    model file (no `vramGiB` declared).
 
     `context` is its `kv_cache` object (`context_entry`), for a model with `kvCache`.
     Its `cmd` is shown with its secrets masked (`config.redact.command_text`): secret flags' and
@@ -47,6 +51,8 @@ def backend_entry(
         "queued": queued,
         "devices": _claim_json(claim),
     }
+    if estimate is not None:
+        entry["claim_estimate"] = estimate
     if not backend.state.holds_gpu and queued and waiting is not None:
         entry["waiting"] = waiting
     if backend.phase:

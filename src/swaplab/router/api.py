@@ -21,6 +21,7 @@ from aiohttp import web
 
 from swaplab.fleet.hardware import detect_hardware
 from swaplab.fleet.logs import LogLine
+from swaplab.fleet.placement import estimate_detail
 from swaplab.results.activityapi import (
     ActivityQueryError,
     activity_page,
@@ -123,8 +124,8 @@ class LlamaSwapApi:
 
     def model_status(self) -> list[dict[str, Any]]:
         """`modelStatus`: every model sorted by id (unlisted ones too), then the peers' models;
-        swaplab adds `pid`, `in_flight`, `queued`, `devices`, `sleep`, `phase` and `kv_cache` (as `/running` has
-        them; `kv_cache` for stopped models too)."""
+        swaplab adds `pid`, `in_flight`, `queued`, `devices`, `sleep`, `phase`, `kv_cache` and `claim_estimate`
+        (as `/running` has them; `kv_cache` and `claim_estimate` for stopped models too)."""
         router = self.router
         config = router.config
         running = {entry["model"]: entry for entry in router.fleet.status()}
@@ -151,6 +152,9 @@ class LlamaSwapApi:
                 entry["sleep"] = live["sleep"]
             if "phase" in live:
                 entry["phase"] = live["phase"]
+            estimate = estimate_detail(config, model.id)
+            if estimate is not None:
+                entry["claim_estimate"] = estimate
             context = live.get("kv_cache") or router.fleet.context_status(model.id)
             if context is not None:
                 entry["kv_cache"] = context

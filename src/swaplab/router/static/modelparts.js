@@ -32,6 +32,7 @@ export function describeModel(status, running, catalog, requests) {
     capabilities: Object.keys(capabilities).filter((key) => capabilities[key]).map((key) => CAPABILITY_LABELS[key] || key),
     contextLength,
     claims,
+    claimEstimate: status.claim_estimate || (running && running.claim_estimate) || null,
     pid: (running && running.pid) ?? status.pid ?? null,
     proxy: running ? running.proxy : null,
     cmd: running ? running.cmd : null,
@@ -89,9 +90,10 @@ export function modelChips(model) {
   if (model.contextLength) chips.push(chip(`${Math.round(model.contextLength / 1024)}k context`));
   for (const claim of model.claims) {
     const amount = claim.amount === undefined ? "" : claim.amount === null ? " · whole" : ` · ${gib(claim.amount)}`;
-    const node = chip(`GPU ${claim.device}${amount}`, "device");
+    const estimated = model.claimEstimate && claim.amount != null ? " est." : "";
+    const node = chip(`GPU ${claim.device}${amount}${estimated}`, "device");
     const name = deviceName(claim.device);
-    if (name) node.title = name;
+    if (name || estimated) node.title = [name, estimated ? model.claimEstimate : ""].filter(Boolean).join(" · ");
     chips.push(node);
   }
   if (model.sleepable) chips.push(chip(model.sleep ? `sleeps: ${model.sleep.engine}${model.sleep.engine === "vllm" ? ` L${model.sleep.level}` : ""}` : "sleeps", "sleep"));
@@ -136,6 +138,7 @@ export function modelFacts(model) {
   }
   const context = model.kvCache;
   if (context) facts.push({ kind: "context", text: contextText(context, model.state) });
+  if (model.claimEstimate) facts.push({ kind: "memory", text: `memory ${model.claimEstimate}` });
   return facts;
 }
 
