@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "src"))
+sys.path[:0] = [str(HERE.parent / "src"), str(HERE)]
 
 from swaplab.builtin.models import GEMMA3, SMOLLM2, model_path  # noqa: E402
 from swaplab.memory.estimate import LoadSettings, estimate  # noqa: E402
@@ -39,6 +40,13 @@ SHIPPED_FLAGS = (
     ("-c", "8192", "-kvu", "-np", "4"),
 )
 GEMMA_ONLY = (("-c", "32768", "--swa-full"), ("-c", "32768", "-np", "2"))
+# The families tests/ggufs.py builds, under the settings that change their terms most.
+CONSTRUCTED_FLAGS = (
+    ("-c", "4096"),
+    ("-c", "16384", "-np", "4"),
+    ("-c", "8192", "-fa", "off"),
+    ("-c", "8192", "-ctk", "q8_0", "-ctv", "q8_0"),
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,16 @@ def shipped_cases() -> list[Case]:
     for model, extra in ((SMOLLM2, ()), (GEMMA3, GEMMA_ONLY)):
         for flags in (*SHIPPED_FLAGS, *extra):
             cases.append(Case(model.name, model_path(model), flags))
+    return cases
+
+
+def constructed_cases(folder: Path, families: Sequence[str] = ()) -> list[Case]:
+    from ggufs import BUILDERS
+
+    cases = []
+    for family in families or sorted(BUILDERS):
+        path = BUILDERS[family](folder / f"{family}.gguf")
+        cases += [Case(family, path, flags) for flags in CONSTRUCTED_FLAGS]
     return cases
 
 
@@ -112,15 +130,14 @@ def xllamacpp_figures(path: Path, settings: LoadSettings, n_ctx: int) -> dict[st
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| model | flags | term | llama.cpp | swaplab | error | xllamacpp.memory | error |",
-             "|---|---|---|---|---|---|---|---|"]
+    """One row per load: llama.cpp's figures, then each estimator's error per term."""
+    lines = ["| model | flags | llama.cpp: weights / KV / compute (MiB) | swaplab error | xllamacpp.memory error |",
+             "|---|---|---|---|---|"]
     for row in rows:
-        for term in TERMS:
-            lines.append(
-                f"| {row.case.name} | `{' '.join(row.case.flags)}` | {term} | {row.reported[term] / 2**20:.2f} MiB "
-                f"| {row.ours[term] / 2**20:.2f} MiB | {row.error(term):+.1%} "
-                f"| {row.theirs[term] / 2**20:.2f} MiB | {row.error(term, 'theirs'):+.1%} |"
-            )
+        figures = " / ".join(f"{row.reported[term] / 2**20:.2f}" for term in TERMS)
+        ours = " / ".join(f"{row.error(term):+.1%}" for term in TERMS)
+        theirs = " / ".join(f"{row.error(term, 'theirs'):+.1%}" for term in TERMS)
+        lines.append(f"| {row.case.name} | `{' '.join(row.case.flags)}` | {figures} | {ours} | {theirs} |")
     return "\n".join(lines)
 
 
@@ -129,7 +146,10 @@ def worst(rows: list[Row], which: str = "ours") -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    measured = [measure(case) for case in shipped_cases()]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        measured = [measure(case) for case in [*shipped_cases(), *constructed_cases(Path(folder))]]
     print(table(measured))
     print("worst |error|, swaplab:", {t: f"{e:.1%}" for t, e in worst(measured).items()})
     print("worst |error|, xllamacpp.memory:", {t: f"{e:.1%}" for t, e in worst(measured, "theirs").items()})

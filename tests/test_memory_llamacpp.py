@@ -19,12 +19,6 @@ pytest.importorskip("xllamacpp", reason="the xllamacpp wheel is part of `make te
 pytestmark = pytest.mark.llamacpp
 
 BARS = {"weights": 0.02, "kv": 0.02, "compute": 0.15}
-CONSTRUCTED_FLAGS = (
-    ("-c", "4096"),
-    ("-c", "16384", "-np", "4"),
-    ("-c", "8192", "-fa", "off"),
-    ("-c", "8192", "-ctk", "q8_0", "-ctv", "q8_0"),
-)
 
 
 def check(rows: list[memorycases.Row]) -> None:
@@ -48,5 +42,4 @@ def test_the_shipped_models_estimates_match_llama_cpps_own_buffers():
 
 @pytest.mark.parametrize("family", sorted(BUILDERS))
 def test_constructed_families_estimates_match_llama_cpps_own_buffers(family, tmp_path):
-    path = BUILDERS[family](tmp_path / f"{family}.gguf")
-    check([memorycases.measure(memorycases.Case(family, path, flags)) for flags in CONSTRUCTED_FLAGS])
+    check([memorycases.measure(case) for case in memorycases.constructed_cases(tmp_path, [family])])

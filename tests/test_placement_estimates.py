@@ -16,6 +16,8 @@ from routerclient import chat, running
 from swaplab.builtin.models import GEMMA3, SMOLLM2, model_path
 from swaplab.config.loader import load_config_text
 from swaplab.config.model import ClaimEstimate, Config, DeviceConfig, ModelConfig
+from swaplab.fleet import Fleet, LogHub
+from swaplab.fleet.devices import DeviceReading
 from swaplab.fleet.placement import Placement, Resident, claims, place
 
 PYTHON = shlex.quote(sys.executable)
@@ -106,3 +108,46 @@ async def test_estimated_claims_on_a_declared_device_with_the_real_llama_cpp(tmp
             assert state == {"gemma": "ready", "smol-long": "ready"}  # nothing stopped for a start that cannot fit
     finally:
         router.close()
+
+
+class MeasuringProbe:
+    """NVML as a machine whose driver says the model's process took 0.42 GiB on device 0."""
+
+    def __init__(self) -> None:
+        self.asked: list[set[int]] = []
+
+    def read(self) -> dict[int, DeviceReading]:
+        return {0: DeviceReading(0, "Fake GPU", total_gib=0.9, used_gib=0.0, free_gib=0.9)}
+
+    def process_memory(self, pids) -> dict[int, float]:
+        self.asked.append(set(pids))
+        return {0: 0.42}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.llamacpp
+async def test_a_measured_claim_replaces_the_estimate_until_the_entry_changes(tmp_path):
+    text = "healthCheckTimeout: 120\ndevices:\n  0: {name: small, vramGiB: 0.9}\nmodels:\n" + entry_yaml(
+        "smol", model_path(SMOLLM2), 8192)
+    config = load_config_text(text)
+    estimated = claims(config, "smol")[0]
+    probe = MeasuringProbe()
+    fleet = Fleet(config, state_dir=tmp_path / "state", logs=LogHub(), device_probe=probe)
+    await fleet.open()
+    try:
+        async with fleet.lease("smol") as lease:
+            assert lease.backend.pid in probe.asked[0]
+        assert claims(fleet.config, "smol") == {0: 0.42} != {0: estimated}
+        detail = fleet.status()[0]["claim_estimate"]
+        assert detail.startswith("measured after its start: 0.42 GiB on device 0 (estimated ")
+        # The same entry reloaded keeps the measurement; a changed one is estimated afresh.
+        await fleet.reconfigure(load_config_text(text), changed=())
+        assert claims(fleet.config, "smol") == {0: 0.42}
+        changed = text.replace("-c 8192", "-c 4096")
+        await fleet.reconfigure(load_config_text(changed), changed=("smol",))
+        assert claims(fleet.config, "smol")[0] == pytest.approx(claims(load_config_text(changed), "smol")[0])
+        assert claims(fleet.config, "smol")[0] != 0.42
+    finally:
+        await fleet.close()

@@ -10,7 +10,7 @@ then goes by the declared claims alone. Device ids are NVML's indexes, the ones
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,25 @@ class DeviceProbe:
             log.debug("NVML reading failed: %s", error)
             return None
         return readings or None
+
+    def process_memory(self, pids: Collection[int]) -> dict[int, float] | None:
+        """GiB each device holds for these processes (NVML's per-process accounting, what
+        `nvidia-smi` lists); None without NVML, or where the driver does not say."""
+        nvml = self._open()
+        if nvml is None:
+            return None
+        wanted = set(pids)
+        taken: dict[int, float] = {}
+        try:
+            for index, handle, _name in _devices(nvml):
+                for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    used = getattr(process, "usedGpuMemory", None)
+                    if process.pid in wanted and isinstance(used, int):
+                        taken[index] = taken.get(index, 0.0) + used / GIB
+        except nvml.NVMLError as error:
+            log.debug("NVML process reading failed: %s", error)
+            return None
+        return taken or None
 
     def activity(self) -> list[DeviceActivity] | None:
         """Utilisation, memory and sensors of every device, by index; None without NVML or a GPU.

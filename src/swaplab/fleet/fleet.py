@@ -31,14 +31,14 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from swaplab.config.identity import context_hash
-from swaplab.config.model import Config
+from swaplab.config.model import ClaimEstimate, Config
 from swaplab.config.redact import config_secrets
 from swaplab.errors import BackendStartError
 from swaplab.fleet.backend import Backend, Run, State
@@ -54,7 +54,7 @@ from swaplab.fleet.lease import (
 )
 from swaplab.fleet.logs import LogHub
 from swaplab.fleet.placement import Placement, Resident, claims, estimate_detail, place
-from swaplab.fleet.reaper import PidFiles
+from swaplab.fleet.reaper import PidFiles, descendants
 from swaplab.fleet.status import backend_entry, context_entry, device_entries
 from swaplab.metrics import Metrics
 
@@ -120,6 +120,8 @@ class Fleet:
         self._waiting: list[_Waiter] = []
         self._waiting_reason: dict[str, str] = {}
         self._device_left_at: dict[int, float] = {}
+        self._measured: dict[str, tuple[tuple[str, ...], ClaimEstimate]] = {}
+        """NVML's reading of what a model with an estimated claim took, with the cmd it was for."""
         self._memory_poll: asyncio.TimerHandle | None = None
         self._outdated: set[str] = set()
         self._retiring = False
@@ -574,6 +576,7 @@ class Fleet:
                 self.metrics.backend_woke(backend.id, backend.last_wake_seconds or 0.0)
             else:
                 self.metrics.backend_started(backend.id, backend.start_seconds or 0.0, ok=True)
+                self._measure_claim(backend, run)
             self.metrics.backend_state(backend.id, True)
         elif backend.state is State.FALLING_ASLEEP:
             self.metrics.backend_state(backend.id, False)
@@ -594,6 +597,34 @@ class Fleet:
             if not run.ready.cancelled() and run.ready.exception() is not None:
                 self._start_failed(backend, run, run.ready.exception())
         self._schedule_soon()
+
+    def _measure_claim(self, backend: Backend, run: Run) -> None:
+        """With NVML, what a model with an estimated claim really took once ready: logged beside
+        the estimate, and its claim from now on (until its entry changes)."""
+        estimate = self.config.estimates.get(backend.id)
+        if estimate is None or estimate.claim is None or backend.model.vram_gib or run.pid is None:
+            return
+        taken = self.device_probe.process_memory({run.pid, *(child.pid for child in descendants(run.pid))})
+        if not taken:
+            return
+        measured = {device: round(taken.get(device, 0.0), 3) for device in estimate.claim}
+        parts = []
+        for device, gib in measured.items():
+            guess = estimate.claim[device]
+            parts.append(f"{gib:.2f} GiB on device {device} (estimated {guess:.2f}, {(guess - gib) / gib:+.1%})"
+                         if gib else f"nothing on device {device} (estimated {guess:.2f})")
+        log.info("%s took %s", backend.id, "; ".join(parts))
+        self._measured[backend.id] = (backend.model.cmd, ClaimEstimate(
+            measured, f"measured after its start: {'; '.join(parts)}; {estimate.detail}"))
+        self.config = self._with_measurements(self.config)
+
+    def _with_measurements(self, config: Config) -> Config:
+        """`config` with each measured claim in place of its estimate, where the entry is unchanged."""
+        kept = {
+            model_id: measured for model_id, (cmd, measured) in self._measured.items()
+            if model_id in config.estimates and config.models[model_id].cmd == cmd and not config.models[model_id].vram_gib
+        }
+        return replace(config, estimates={**config.estimates, **kept}) if kept else config
 
     def _start_failed(self, backend: Backend, run: Run, error: BaseException) -> None:
         """A start ended without the server ready (its process is gone): the requests queued for it hear why.
@@ -646,7 +677,7 @@ class Fleet:
         start the new entry, also when the old one was still starting. Requests queued
         for a removed model fail.
         """
-        self.config = config
+        self.config = self._with_measurements(config)
         changed = set(changed)
         self._outdated |= {m for m in changed if m in config.models}
         self._retiring = True

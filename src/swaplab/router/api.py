@@ -152,7 +152,7 @@ class LlamaSwapApi:
                 entry["sleep"] = live["sleep"]
             if "phase" in live:
                 entry["phase"] = live["phase"]
-            estimate = estimate_detail(config, model.id)
+            estimate = estimate_detail(router.fleet.config, model.id)
             if estimate is not None:
                 entry["claim_estimate"] = estimate
             context = live.get("kv_cache") or router.fleet.context_status(model.id)
