@@ -32,10 +32,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import gguf
-from gguf.constants import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR_NAMES
+import numpy as np
+from gguf.constants import (
+    MODEL_ARCH,
+    MODEL_ARCH_NAMES,
+    MODEL_TENSOR,
+    MODEL_TENSORS,
+    TENSOR_NAMES,
+)
 
 K = gguf.Keys
 T = MODEL_TENSOR

@@ -20,11 +20,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "src"), str(HERE)]
 
-from swaplab.builtin.models import GEMMA3, SMOLLM2, model_path  # noqa: E402
-from swaplab.memory.estimate import LoadSettings, estimate  # noqa: E402
-from swaplab.memory.facts import read_gguf  # noqa: E402
-from swaplab.memory.flags import llama_load  # noqa: E402
-from swaplab.memory.reported import report_of_load  # noqa: E402
+from swaplab.builtin.models import GEMMA3, SMOLLM2, model_path
+from swaplab.memory.estimate import LoadSettings, estimate
+from swaplab.memory.facts import read_gguf
+from swaplab.memory.flags import llama_load
+from swaplab.memory.reported import report_of_load
 
 TERMS = ("weights", "kv", "compute")
 # Each shipped model under the settings that move each term: context, slots, cache types,

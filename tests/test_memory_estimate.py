@@ -12,7 +12,13 @@ from procs import run_swaplab
 
 from swaplab.builtin.models import SMOLLM2, model_path
 from swaplab.memory.estimate import GIB, MIB, LoadSettings, estimate, row_bytes
-from swaplab.memory.facts import ModelFacts, ModelFactsError, Recurrent, TensorInfo, read_gguf
+from swaplab.memory.facts import (
+    ModelFacts,
+    ModelFactsError,
+    Recurrent,
+    TensorInfo,
+    read_gguf,
+)
 from swaplab.memory.fit import hf_rank_need, largest_context
 from swaplab.memory.flags import FlagError, llama_load
 from swaplab.memory.reported import parse_load_log

@@ -10,9 +10,8 @@ beside, as docs/memory.md shows it; its errors are not asserted.
 
 from __future__ import annotations
 
-import pytest
-
 import memorycases
+import pytest
 from ggufs import BUILDERS
 
 pytest.importorskip("xllamacpp", reason="the xllamacpp wheel is part of `make test`'s install")

@@ -12,7 +12,15 @@ from typing import Any
 
 from swaplab.argtypes import size_list
 from swaplab.errors import SwaplabError, UnknownModelError
-from swaplab.memory.estimate import CACHE_TYPES, CPU, GIB, MIB, Estimate, LoadSettings, estimate
+from swaplab.memory.estimate import (
+    CACHE_TYPES,
+    CPU,
+    GIB,
+    MIB,
+    Estimate,
+    LoadSettings,
+    estimate,
+)
 from swaplab.memory.facts import ModelFacts, read_gguf, read_hf
 from swaplab.memory.fit import advice, hf_rank_need, largest_context, shortfalls
 from swaplab.memory.flags import llama_load, runs_llama_server
@@ -129,9 +137,9 @@ def _text(result: Estimate, gpus: list[int], host: int | None, largest: int, sho
     slots = max(1, settings.parallel)
     lines = [
         f"{os.path.basename(facts.source)}: {_describe(facts)}",
-        f"load: context {result.n_ctx} ({slots} slot{'s' if slots > 1 else ''} of {result.n_ctx_seq}), "
-        f"ubatch {min(settings.ubatch, settings.batch)}, KV {settings.cache_type_k}/{settings.cache_type_v}, "
-        f"flash attention {'on' if result.flash_attn else 'off'}",
+        (f"load: context {result.n_ctx} ({slots} slot{'s' if slots > 1 else ''} of {result.n_ctx_seq}), "
+         f"ubatch {min(settings.ubatch, settings.batch)}, KV {settings.cache_type_k}/{settings.cache_type_v}, "
+         f"flash attention {'on' if result.flash_attn else 'off'}"),
         "",
         f"{'device':<8}{'weights':>12}{'KV':>12}{'recurrent':>12}{'compute':>12}{'output':>12}{'total':>12}",
     ]
@@ -183,9 +191,7 @@ def _hf(args: argparse.Namespace, facts: ModelFacts) -> int:
         "model": facts.source, "architecture": facts.architecture, "ctx": ctx, "tensor_parallel": need.ranks,
         "per_rank": {"weights": need.weights, "kv": need.kv, "total": need.total},
         "kv_bytes_per_token_per_rank": need.kv_bytes_per_token,
-        "notes": ["vLLM and SGLang take a fixed fraction of each GPU (--gpu-memory-utilization, "
-                  "--mem-fraction-static) and size their KV pool to what is left: this is the floor "
-                  "that fraction must cover, without their activation and CUDA graph workspaces"],
+        "notes": [HF_NOTE],
     }
     if args.json:
         print(json.dumps(document, indent=2))
@@ -194,5 +200,12 @@ def _hf(args: argparse.Namespace, facts: ModelFacts) -> int:
           + (f" ({facts.weights_dtype})" if facts.weights_dtype else ""))
     print(f"per rank of {need.ranks}: weights {_mib(need.weights)}, KV at {ctx} tokens {_mib(need.kv)} "
           f"({need.kv_bytes_per_token:,.0f} bytes per token), together {_mib(need.total)}")
-    print(document["notes"][0])
+    print(HF_NOTE)
     return 0
+
+
+HF_NOTE = (
+    "vLLM and SGLang take a fixed fraction of each GPU (--gpu-memory-utilization, --mem-fraction-static) "
+    "and size their KV pool to what is left: this is the floor that fraction must cover, without their "
+    "activation and CUDA graph workspaces"
+)

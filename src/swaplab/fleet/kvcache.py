@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from swaplab.memory.flags import runs_llama_server
+
 MANIFEST = "swaplab-kvcache.json"
 MANIFEST_VERSION = 1
 LOCK = ".swaplab-kvcache.lock"
@@ -100,13 +102,6 @@ def cache_file_name(identity: str, slot_id: int, nonce: str = "") -> str:
     """The file a slot's cache is saved to. Each save gets a new `nonce`, so a save cut short never
     overwrites the good file before it: `record_saved` replaces the old one once the new one is whole."""
     return f"{identity}-slot{slot_id}" + (f"-{nonce}" if nonce else "") + ".bin"
-
-
-def runs_llama_server(argv: Sequence[str]) -> bool:
-    """Whether argv starts llama-server or swaplab's xllamacpp wrapper of it."""
-    if not argv:
-        return False
-    return os.path.basename(argv[0]) == "llama-server" or list(argv[1:3]) == ["-m", "swaplab.builtin.llamacpp"]
 
 
 def with_slot_save_path(argv: Sequence[str], directory: str) -> list[str]:

@@ -13,26 +13,25 @@ import math
 import re
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType
+from gguf.constants import (
+    GGML_QUANT_SIZES,
+    GGUF_DEFAULT_ALIGNMENT,
+    GGUF_MAGIC,
+    GGMLQuantizationType,
+    GGUFValueType,
+)
 
 from swaplab.errors import SwaplabError
 
 # Layers of these architectures alternate sliding-window and global attention with a
-# fixed period that llama.cpp's model code hard-codes rather than read from the file:
-# (period, whether the last layer of each period is the global one). Files that carry a
-# per-layer `attention.sliding_window_pattern` array are read from it instead.
-SWA_PERIODS: dict[str, tuple[int, bool]] = {
-    "gemma2": (2, True),
-    "gemma3": (6, True),
-    "cohere2": (4, True),
-    "exaone4": (4, True),
-    "gpt-oss": (2, True),
-    "llama4": (4, True),
-}
+# period llama.cpp's model code sets rather than reads (`set_swa_pattern(n)`: the last
+# layer of each period is the global one). A file's own per-layer
+# `attention.sliding_window_pattern` array wins.
+SWA_PERIODS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "exaone4": 4, "gpt-oss": 2, "llama4": 4}
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -108,7 +107,6 @@ class ModelFacts:
     """All weights; the tensors' sum where they are listed (a GGUF file)."""
     weights_dtype: str = ""
     """A Hugging Face folder's `torch_dtype`, for the message; GGUF tensors carry their own."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def mla(self) -> bool:
@@ -258,11 +256,10 @@ def facts_from_gguf_metadata(
     pattern = get("attention.sliding_window_pattern")
     if window and isinstance(pattern, list) and len(pattern) == n_layer:
         swa_layers = tuple(bool(p) for p in pattern)
-    elif window and arch in SWA_PERIODS:
-        period, _ = SWA_PERIODS[arch]
-        swa_layers = tuple((layer + 1) % period != 0 for layer in range(n_layer))
-    elif window and isinstance(pattern, int) and pattern > 0:
-        swa_layers = tuple((layer + 1) % pattern != 0 for layer in range(n_layer))
+    elif window:
+        period = pattern if isinstance(pattern, int) and not isinstance(pattern, bool) else SWA_PERIODS.get(arch, 0)
+        # llama.cpp: a period of 0 makes every layer sliding-window.
+        swa_layers = tuple(period == 0 or (layer + 1) % period != 0 for layer in range(n_layer))
 
     # llama.cpp keeps MLA's latent cache only where the converter wrote the _mla head
     # sizes; an older DeepSeek GGUF without them gets a full multi-head cache.
@@ -280,7 +277,13 @@ def facts_from_gguf_metadata(
         # llama.cpp's n_embd_r / n_embd_s for Mamba 2 (groups) and Mamba 1.
         conv = (d_conv - 1) * (d_inner + 2 * n_group * d_state) if d_conv else 0
         recurrent = Recurrent(conv, d_state * d_inner)
-        recurrent_layers = tuple(kv == 0 for kv in n_head_kv) if any(n_head_kv) else (True,) * n_layer
+        interval = int(get("full_attention_interval", 0) or 0)
+        if interval:  # Qwen3-Next: one attention layer in each `interval`, linear attention between
+            recurrent_layers = tuple((layer + 1) % interval != 0 for layer in range(n_layer))
+        elif any(n_head_kv):  # Jamba, Granite hybrids: the layers without KV heads
+            recurrent_layers = tuple(kv == 0 for kv in n_head_kv)
+        else:  # Mamba: every layer
+            recurrent_layers = (True,) * n_layer
     shortconv = int(get("shortconv.l_cache", 0) or 0)
     if shortconv and recurrent is None:  # LFM2: conv layers keep (L - 1) x n_embd
         recurrent = Recurrent((shortconv - 1) * n_embd, 0)
