@@ -12,15 +12,9 @@ from procs import run_swaplab
 
 from swaplab.builtin.models import SMOLLM2, model_path
 from swaplab.memory.estimate import GIB, MIB, LoadSettings, estimate, row_bytes
-from swaplab.memory.facts import (
-    ModelFacts,
-    ModelFactsError,
-    Recurrent,
-    TensorInfo,
-    read_gguf,
-)
+from swaplab.memory.facts import ModelFacts, ModelFactsError, Recurrent, TensorInfo, hf_folder, read_gguf, read_hf
 from swaplab.memory.fit import hf_rank_need, largest_context
-from swaplab.memory.flags import FlagError, llama_load
+from swaplab.memory.flags import EngineLoad, FlagError, engine_load, llama_load
 from swaplab.memory.reported import parse_load_log
 
 
@@ -193,3 +187,70 @@ def test_swaplab_fit_on_the_shipped_model():
     assert "-ctk q8_0 -ctv q8_0" in short.stdout
     bad = run_swaplab("fit", "smollm2", "--devices", "16 parsecs")
     assert bad.returncode == 2 and "expected sizes like 16GiB" in bad.stderr
+
+
+QWEN3_8B = {  # config.json of Qwen/Qwen3-8B (its Hugging Face repository), the keys that size memory
+    "architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+}
+
+
+def hf_model(folder, config=QWEN3_8B, total_size=16381470720):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total_size}}))
+    return folder
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ("vllm serve Qwen/Qwen3-8B -tp 2 --max-model-len 32768 --kv-cache-dtype fp8 --gpu-memory-utilization 0.5",
+     EngineLoad("vllm", "Qwen/Qwen3-8B", 2, 32768, 1.0, 0.5)),
+    ("python -m vllm.entrypoints.openai.api_server --model=/m --tensor-parallel-size=4", EngineLoad("vllm", "/m", 4, 0, 2.0, 0.9)),
+    ("python -m sglang.launch_server --model-path /m --tp 4 --context-length 131072 --mem-fraction-static 0.8",
+     EngineLoad("sglang", "/m", 4, 131072, 2.0, 0.8)),
+    ("docker run --gpus all vllm/vllm-openai --model org/m", EngineLoad("vllm", "org/m", 1, 0, 2.0, 0.9)),
+])
+def test_vllm_and_sglang_flags(argv, expected):
+    assert engine_load(argv.split()) == expected
+
+
+def test_vllm_and_sglang_flag_faults():
+    with pytest.raises(FlagError, match="no model"):
+        engine_load("vllm serve --port 8000".split())
+    with pytest.raises(FlagError, match="kv-cache-dtype 'int3'"):
+        engine_load("vllm serve m --kv-cache-dtype int3".split())
+
+
+def test_a_hugging_face_folder_and_the_local_cache(tmp_path, monkeypatch):
+    facts_ = read_hf(hf_model(tmp_path / "qwen3"))
+    # 36 layers x 8 KV heads x 128 x (K + V) x 2 bytes: the 144 KiB per token Qwen3-8B is known for.
+    assert hf_rank_need(facts_, 1024).kv_bytes_per_token == 147456
+    # The Hugging Face cache's layout (models--ORG--NAME/snapshots/REV, refs/main naming REV),
+    # read by huggingface_hub itself: a repo id resolves to its snapshot, nothing is fetched.
+    cache = tmp_path / "hub"
+    snapshot = hf_model(cache / "models--Qwen--Qwen3-8B" / "snapshots" / ("a" * 40))
+    (cache / "models--Qwen--Qwen3-8B" / "refs").mkdir()
+    (cache / "models--Qwen--Qwen3-8B" / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    assert hf_folder("Qwen/Qwen3-8B") == snapshot
+    with pytest.raises(ModelFactsError, match="not in the local Hugging Face cache"):
+        hf_folder("Qwen/Absent")
+    with pytest.raises(ModelFactsError, match="no config.json"):
+        read_hf(tmp_path)
+
+
+def test_swaplab_fit_on_a_vllm_entry(tmp_path):
+    folder = hf_model(tmp_path / "qwen3")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"models:\n  q:\n    cmd: vllm serve {folder} --max-model-len 40960 --gpu-memory-utilization 0.6 --port ${{PORT}}\n")
+    shown = run_swaplab("fit", "q", "--config", str(config), "--devices", "24GiB", "--json")
+    document = json.loads(shown.stdout)
+    assert shown.returncode == 1 and not document["fits"]  # 0.6 x 24 GiB is short of 15.26 + 5.62 GiB
+    assert document["per_rank"]["kv"] == 147456 * 40960 and document["shares"] == [int(24 * GIB * 0.6)]
+    assert run_swaplab("fit", "q", "--config", str(config), "--devices", "48GiB").returncode == 0
+    folder_view = run_swaplab("fit", str(folder), "--tensor-parallel", "2", "--ctx", "32768")
+    assert folder_view.returncode == 0 and "per rank of 2: weights 7.63 GiB, KV at 32768 tokens 2.25 GiB" in folder_view.stdout

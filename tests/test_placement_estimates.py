@@ -151,3 +151,28 @@ async def test_a_measured_claim_replaces_the_estimate_until_the_entry_changes(tm
         assert claims(fleet.config, "smol")[0] != 0.42
     finally:
         await fleet.close()
+
+
+def test_vllm_and_sglang_entries_claim_their_share_and_check_it_against_their_floor(tmp_path):
+    folder = tmp_path / "qwen3"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,'
+        ' "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960}')
+    (folder / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 16381470720}}')
+    config = load_config_text(f"""
+devices:
+  0: {{vramGiB: 24}}
+  1: {{vramGiB: 24}}
+models:
+  tp2: {{cmd: "vllm serve {folder} -tp 2 --max-model-len 32768 --gpu-memory-utilization 0.5 --port ${{PORT}}"}}
+  short: {{cmd: "vllm serve {folder} --max-model-len 40960 --gpu-memory-utilization 0.6 --port ${{PORT}}", devices: [1]}}
+  sglang: {{cmd: "python -m sglang.launch_server --model-path {folder} --tp 2 --port ${{PORT}}"}}
+""")
+    assert claims(config, "tp2") == {0: 12.0, 1: 12.0}  # half of each GPU, on its two ranks
+    assert "its floor: weights 7.63 + KV at 32768 tokens 2.25 = 9.88 GiB per rank" in config.estimates["tp2"].detail
+    assert claims(config, "short") == {1: pytest.approx(14.4)}
+    assert "short of its floor" in config.estimates["short"].detail and "will not start" in config.estimates["short"].detail
+    assert claims(config, "sglang") == {0: 24.0, 1: 24.0}  # its default share depends on the GPU: whole devices
+    # tp2 and short share device 1: 12 + 14.4 > 24, so one evicts the other.
+    assert place(config, "short", idle("tp2")) == Placement("evict", evict=("tp2",))

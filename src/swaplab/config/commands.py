@@ -107,14 +107,14 @@ def _check(path: str | None, config_dir: str | None, strict: bool = False) -> in
 
 
 def _print_claims(config: Config) -> None:
-    """Each llama-server model's device claim beside its estimate, on stderr (docs/memory.md)."""
+    """Each llama-server, vLLM or SGLang model's device claim beside its estimate, on stderr (docs/memory.md)."""
     from swaplab.config.estimates import claim_estimate
-    from swaplab.memory.flags import runs_llama_server
+    from swaplab.memory.flags import engine_of, runs_llama_server
 
     if not config.devices:
         return
     for model_id, model in config.models.items():
-        if not runs_llama_server(model.cmd):
+        if not (runs_llama_server(model.cmd) or engine_of(model.cmd)):
             continue
         estimate = config.estimates.get(model_id) or claim_estimate(model, config.devices)
         if model.vram_gib:

@@ -4,8 +4,13 @@ Where the config declares `devices` with `vramGiB`, a llama-server model without
 `vramGiB` would otherwise claim its devices whole. Its command says what it loads (`-m`,
 `-c`, `-np`, `-ctk`/`-ctv`, `-ngl`, `-ts`...), and `swaplab.memory` says what that takes
 on each device: that becomes its claim, so two models whose estimates fit share a device.
-Declared claims always win. A model whose estimate cannot be made (no -m file yet, not
-llama-server) keeps the whole-device claim, and `detail` says why.
+Declared claims always win. A model whose estimate cannot be made (no -m file yet, a
+device of unknown size) keeps the whole-device claim, and `detail` says why.
+
+vLLM and SGLang entries claim the share of each GPU they are told to take
+(`--gpu-memory-utilization`, 0.9 by default; `--mem-fraction-static`), on as many devices as
+their tensor parallelism; their model's `config.json` (a folder, or the local Hugging Face
+cache) says whether that share holds the weights and the KV cache for their context.
 """
 
 from __future__ import annotations
@@ -15,9 +20,9 @@ from collections.abc import Mapping
 from swaplab.config.model import ClaimEstimate, DeviceConfig, ModelConfig
 from swaplab.errors import SwaplabError
 from swaplab.memory.estimate import GIB, estimate
-from swaplab.memory.facts import read_gguf
-from swaplab.memory.fit import Shortfall, advice
-from swaplab.memory.flags import llama_load, runs_llama_server
+from swaplab.memory.facts import hf_folder, read_gguf, read_hf
+from swaplab.memory.fit import Shortfall, advice, hf_rank_need
+from swaplab.memory.flags import engine_load, engine_of, llama_load, runs_llama_server
 
 
 def estimate_claims(models: Mapping[str, ModelConfig], devices: Mapping[int, DeviceConfig]) -> dict[str, ClaimEstimate]:
@@ -26,7 +31,7 @@ def estimate_claims(models: Mapping[str, ModelConfig], devices: Mapping[int, Dev
         return {}
     estimates = {}
     for model_id, model in models.items():
-        if model.vram_gib or not runs_llama_server(model.cmd):
+        if model.vram_gib or not (runs_llama_server(model.cmd) or engine_of(model.cmd)):
             continue
         estimates[model_id] = claim_estimate(model, devices)
     return estimates
@@ -37,6 +42,8 @@ def claim_estimate(model: ModelConfig, devices: Mapping[int, DeviceConfig]) -> C
     unsized = [d for d in targets if d not in devices or not devices[d].vram_gib]
     if unsized:
         return ClaimEstimate(None, f"device {', '.join(map(str, unsized))} declares no vramGiB to split the model over")
+    if not runs_llama_server(model.cmd):
+        return _engine_estimate(model, devices, targets)
     try:
         load = llama_load(model.cmd)
         facts = read_gguf(load.model)
@@ -60,3 +67,33 @@ def claim_estimate(model: ModelConfig, devices: Mapping[int, DeviceConfig]) -> C
     head = (f"estimated from {load.model} at context {result.n_ctx}, {max(1, settings.parallel)} slot(s), "
             f"KV {settings.cache_type_k}/{settings.cache_type_v}")
     return ClaimEstimate(claim, head + ": " + "; ".join(parts) if parts else head + ": nothing on the GPUs")
+
+
+def _engine_estimate(model: ModelConfig, devices: Mapping[int, DeviceConfig], targets: list[int]) -> ClaimEstimate:
+    """vLLM and SGLang take a fixed share of each of their GPUs, whatever the model needs:
+    that share is the claim; the model's floor (weights and KV for its context, per rank)
+    says whether the share can hold it."""
+    try:
+        load = engine_load(model.cmd)
+    except SwaplabError as error:
+        return ClaimEstimate(None, f"no estimate: {error}")
+    name = "vLLM" if load.engine == "vllm" else "SGLang"
+    if load.fraction is None:
+        return ClaimEstimate(None, f"{name} without --mem-fraction-static takes a share that depends on the GPU: "
+                                   "declare vramGiB")
+    ranks = targets[: max(1, load.tensor_parallel)]
+    claim = {device: devices[device].vram_gib * load.fraction for device in ranks}
+    share = min(claim.values())
+    detail = f"{name} takes {load.fraction:g} of each of its {len(ranks)} device(s): {share:.2f} GiB"
+    try:
+        facts = read_hf(hf_folder(load.model))
+    except SwaplabError as error:
+        return ClaimEstimate(claim, f"{detail}; its floor is unknown ({error})")
+    ctx = load.ctx or facts.n_ctx_train
+    need = hf_rank_need(facts, ctx, load.kv_bytes, load.tensor_parallel)
+    floor = (f"weights {need.weights / GIB:.2f} + KV at {ctx} tokens {need.kv / GIB:.2f} = "
+             f"{need.total / GIB:.2f} GiB per rank")
+    if need.total / GIB > share:
+        return ClaimEstimate(claim, f"{detail}, short of its floor ({floor}): it will not start; raise the share, "
+                                    "lower the context or add ranks")
+    return ClaimEstimate(claim, f"{detail}; its floor: {floor}")

@@ -21,9 +21,16 @@ from swaplab.memory.estimate import (
     LoadSettings,
     estimate,
 )
-from swaplab.memory.facts import ModelFacts, read_gguf, read_hf
+from swaplab.memory.facts import ModelFacts, hf_folder, read_gguf, read_hf
 from swaplab.memory.fit import advice, hf_rank_need, largest_context, shortfalls
-from swaplab.memory.flags import llama_load, runs_llama_server
+from swaplab.memory.flags import (
+    KV_DTYPE_BYTES,
+    EngineLoad,
+    engine_load,
+    engine_of,
+    llama_load,
+    runs_llama_server,
+)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,18 +49,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     fit.add_argument("--gpu-layers", type=int, metavar="N", help="layers on the GPUs (llama-server's -ngl; default all)")
     fit.add_argument("--devices", type=size_list, metavar="SIZES",
                      help="GPU memory, e.g. 16GiB,8GiB (default: a CPU-only load checked against free RAM)")
-    fit.add_argument("--tensor-parallel", type=int, metavar="N", help="a Hugging Face folder: GPUs one vLLM/SGLang load spans")
+    fit.add_argument("--tensor-parallel", type=int, metavar="N", help="a vLLM/SGLang model: GPUs one load spans")
     fit.add_argument("--json", action="store_true", help="the figures in bytes, as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
     target = Path(args.target)
     if target.is_dir():
-        return _hf(args, read_hf(target))
+        return _hf(args, read_hf(target), EngineLoad("vllm", str(target)))
     if target.is_file() or target.suffix == ".gguf":
         facts, settings = read_gguf(target), LoadSettings()
     else:
-        facts, settings = _from_config(args)
+        argv = _entry_command(args)
+        if not runs_llama_server(argv):
+            load = engine_load(argv)
+            return _hf(args, read_hf(hf_folder(load.model)), load)
+        load = llama_load(argv)
+        facts, settings = read_gguf(load.model), load.settings
     settings = _overridden(settings, args)
     gpus = args.devices or []
     result = estimate(facts, settings, gpus)
@@ -67,7 +79,8 @@ def main(args: argparse.Namespace) -> int:
     return 1 if short else 0
 
 
-def _from_config(args: argparse.Namespace) -> tuple[ModelFacts, LoadSettings]:
+def _entry_command(args: argparse.Namespace) -> tuple[str, ...]:
+    """The command of the config model TARGET names: llama-server, vLLM or SGLang."""
     from swaplab.config.loader import load_config_sources, load_default_config
 
     config = load_config_sources(args.config, args.config_dir) if args.config or args.config_dir else load_default_config()
@@ -75,13 +88,9 @@ def _from_config(args: argparse.Namespace) -> tuple[ModelFacts, LoadSettings]:
     if model_id is None:
         raise UnknownModelError(args.target, sorted(config.models))
     argv = config.models[model_id].cmd
-    if not runs_llama_server(argv):
-        raise SwaplabError(
-            f"fit: {model_id!r} does not run llama-server; for a vLLM or SGLang entry give its "
-            "Hugging Face model folder (swaplab fit PATH --tensor-parallel N)"
-        )
-    load = llama_load(argv)
-    return read_gguf(load.model), load.settings
+    if not runs_llama_server(argv) and engine_of(argv) is None:
+        raise SwaplabError(f"fit: {model_id!r} runs neither llama-server nor vLLM nor SGLang: nothing to estimate")
+    return argv
 
 
 def _overridden(settings: LoadSettings, args: argparse.Namespace) -> LoadSettings:
@@ -180,28 +189,38 @@ def _document(result: Estimate, gpus: list[int], host: int | None, largest: int,
     }
 
 
-def _hf(args: argparse.Namespace, facts: ModelFacts) -> int:
-    ctx = args.ctx or facts.n_ctx_train
-    cache = (args.cache_type or "f16").split(",")[0].lower()
-    cache_bytes = {"f16": 2.0, "bf16": 2.0, "auto": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "f32": 4.0}.get(cache)
-    if cache_bytes is None:
-        raise SwaplabError(f"fit: --cache-type {cache!r} for a vLLM/SGLang folder: give auto, f16, bf16 or fp8")
-    need = hf_rank_need(facts, ctx, cache_bytes, args.tensor_parallel or 1)
+def _hf(args: argparse.Namespace, facts: ModelFacts, load: EngineLoad) -> int:
+    ctx = args.ctx or load.ctx or facts.n_ctx_train
+    cache_bytes = load.kv_bytes
+    if args.cache_type is not None:
+        cache = args.cache_type.split(",")[0].lower()
+        cache_bytes = {"f16": 2.0, "f32": 4.0, **KV_DTYPE_BYTES}.get(cache)  # type: ignore[assignment]
+        if cache_bytes is None:
+            raise SwaplabError(f"fit: --cache-type {cache!r} for a vLLM/SGLang model: give {', '.join(KV_DTYPE_BYTES)}")
+    need = hf_rank_need(facts, ctx, cache_bytes, args.tensor_parallel or load.tensor_parallel)
+    # With --devices and the engine's share of each GPU: does the share hold the floor?
+    shares = [int(size * load.fraction) for size in (args.devices or [])[: need.ranks]] if load.fraction else []
+    short = [share for share in shares if share < need.total]
     document = {
         "model": facts.source, "architecture": facts.architecture, "ctx": ctx, "tensor_parallel": need.ranks,
         "per_rank": {"weights": need.weights, "kv": need.kv, "total": need.total},
         "kv_bytes_per_token_per_rank": need.kv_bytes_per_token,
+        "fraction": load.fraction, "shares": shares, "fits": not short,
         "notes": [HF_NOTE],
     }
     if args.json:
         print(json.dumps(document, indent=2))
-        return 0
+        return 1 if short else 0
     print(f"{facts.source}: {facts.architecture}, {facts.n_layer} layers, weights {_mib(facts.weights_bytes)}"
           + (f" ({facts.weights_dtype})" if facts.weights_dtype else ""))
     print(f"per rank of {need.ranks}: weights {_mib(need.weights)}, KV at {ctx} tokens {_mib(need.kv)} "
           f"({need.kv_bytes_per_token:,.0f} bytes per token), together {_mib(need.total)}")
+    if shares:
+        verdict = "short of" if short else "holds"
+        print(f"{load.fraction:g} of {', '.join(_mib(size) for size in args.devices[: need.ranks])} is "
+              f"{', '.join(_mib(share) for share in shares)}: {verdict} the floor")
     print(HF_NOTE)
-    return 0
+    return 1 if short else 0
 
 
 HF_NOTE = (

@@ -427,3 +427,23 @@ def _safetensors_bytes(folder: Path) -> int:
     if not files:
         raise ModelFactsError(f"{folder}: no *.safetensors weights beside config.json")
     return sum(file.stat().st_size for file in files)
+
+
+def hf_folder(model: str) -> Path:
+    """A Hugging Face model as a local folder: `model` itself, or its snapshot in the local
+    Hugging Face cache (never downloaded here: placement reads only what is on disk)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError:
+        raise ModelFactsError(
+            f"{model}: not a folder, and finding it in the Hugging Face cache needs huggingface_hub "
+            "(pip install 'swaplab[launch]')"
+        ) from None
+    try:
+        return Path(snapshot_download(model, local_files_only=True, allow_patterns=["config.json", "*.json"]))
+    except (LocalEntryNotFoundError, ValueError, OSError) as error:
+        raise ModelFactsError(f"{model}: not in the local Hugging Face cache ({type(error).__name__})") from None

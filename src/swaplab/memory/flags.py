@@ -120,3 +120,86 @@ def _value(flag: str, name: str, value: str) -> object:
     if lowered not in CACHE_TYPES:
         raise FlagError(f"{flag} {value!r}: not a cache type llama.cpp knows ({', '.join(CACHE_TYPES)})")
     return lowered
+
+
+# -- vLLM and SGLang ------------------------------------------------------------------
+
+_ENGINE_FLAGS = {
+    "vllm": {
+        "--model": "model", "--tensor-parallel-size": "tensor_parallel", "-tp": "tensor_parallel",
+        "--max-model-len": "ctx", "--kv-cache-dtype": "kv_cache_dtype", "--gpu-memory-utilization": "fraction",
+    },
+    "sglang": {
+        "--model-path": "model", "--model": "model", "--tp-size": "tensor_parallel", "--tp": "tensor_parallel",
+        "--context-length": "ctx", "--kv-cache-dtype": "kv_cache_dtype", "--mem-fraction-static": "fraction",
+    },
+}
+# vLLM's default share of each GPU; SGLang's depends on the GPU's size, so it is not assumed.
+DEFAULT_FRACTION = {"vllm": 0.9}
+KV_DTYPE_BYTES = {"auto": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "bfloat16": 2.0, "float16": 2.0}
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """What a vLLM or SGLang command line says about its memory."""
+
+    engine: str
+    model: str
+    """A local folder or a Hugging Face repo id."""
+    tensor_parallel: int = 1
+    ctx: int = 0
+    """--max-model-len / --context-length; 0 = the model's own."""
+    kv_bytes: float = 2.0
+    fraction: float | None = None
+    """The share of each GPU it takes (--gpu-memory-utilization, --mem-fraction-static)."""
+
+
+def engine_of(argv: Sequence[str]) -> str | None:
+    """"vllm" or "sglang" for a command line that runs one (its program, a `python -m` module or
+    a container image), else None. A model path that merely contains the name does not count."""
+    for word in argv:
+        name = os.path.basename(word.split(":")[0])
+        for engine in ("vllm", "sglang"):
+            # `vllm`, `python -m vllm.entrypoints...`, `sglang.launch_server`, images
+            # `vllm/vllm-openai:latest` and `lmsysorg/sglang:latest`.
+            if name == engine or word.startswith(f"{engine}.") or name == f"{engine}-openai":
+                return engine
+    return None
+
+
+def engine_load(argv: Sequence[str]) -> EngineLoad:
+    """The model, tensor parallelism, context, KV dtype and GPU share of a vLLM/SGLang command."""
+    engine = engine_of(argv)
+    if engine is None:
+        raise FlagError("not a vLLM or SGLang command")
+    flags = _ENGINE_FLAGS[engine]
+    words = list(argv)
+    found: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        flag, equals, inline = words[index].partition("=")
+        if flag in flags:
+            if not equals:
+                if index + 1 >= len(words):
+                    raise FlagError(f"{flag} needs a value")
+                index += 1
+                inline = words[index]
+            found[flags[flag]] = inline
+        elif engine == "vllm" and words[index] == "serve" and index + 1 < len(words) and not words[index + 1].startswith("-"):
+            found.setdefault("model", words[index + 1])  # `vllm serve MODEL`
+        index += 1
+    if "model" not in found:
+        raise FlagError(f"no model in the {engine} command (vllm serve MODEL, --model, --model-path)")
+    dtype = found.get("kv_cache_dtype", "auto").lower()
+    if dtype not in KV_DTYPE_BYTES:
+        raise FlagError(f"--kv-cache-dtype {dtype!r}: not one of {', '.join(KV_DTYPE_BYTES)}")
+    try:
+        return EngineLoad(
+            engine, found["model"],
+            tensor_parallel=int(found.get("tensor_parallel", 1)),
+            ctx=int(found.get("ctx", 0)),
+            kv_bytes=KV_DTYPE_BYTES[dtype],
+            fraction=float(found["fraction"]) if "fraction" in found else DEFAULT_FRACTION.get(engine),
+        )
+    except ValueError as error:
+        raise FlagError(f"a {engine} memory flag is not a number ({error})") from None
