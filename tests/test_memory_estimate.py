@@ -254,3 +254,21 @@ def test_swaplab_fit_on_a_vllm_entry(tmp_path):
     assert run_swaplab("fit", "q", "--config", str(config), "--devices", "48GiB").returncode == 0
     folder_view = run_swaplab("fit", str(folder), "--tensor-parallel", "2", "--ctx", "32768")
     assert folder_view.returncode == 0 and "per rank of 2: weights 7.63 GiB, KV at 32768 tokens 2.25 GiB" in folder_view.stdout
+
+
+def test_override_tensor_and_n_cpu_moe_keep_experts_on_the_cpu():
+    experts = tuple(TensorInfo(f"blk.{i}.ffn_up_exps.weight", "F16", 10_000, 0, (256, 64, 8)) for i in range(4))
+    dense = tuple(TensorInfo(f"blk.{i}.attn_q.weight", "F16", 1_000, 0, (256, 256)) for i in range(4))
+    moe = facts(tensors=experts + dense, n_expert=8, n_expert_used=2, n_ff_expert=64)
+    everything = estimate(moe, LoadSettings(ctx=4096), gpus=[8 * GIB])
+    assert everything.device("GPU0").weights >= 44_000
+    load = llama_load("llama-server -m m.gguf -ot exps=CPU -ot attn_q=CUDA0".split())
+    assert load.settings.override_tensor == (("exps", "CPU"), ("attn_q", "CUDA0"))
+    moved = estimate(moe, load.settings, gpus=[8 * GIB])
+    assert moved.device("GPU0").weights < everything.device("GPU0").weights - 39_000
+    first_two = estimate(moe, llama_load("llama-server -m m.gguf --n-cpu-moe 2".split()).settings, gpus=[8 * GIB])
+    assert everything.device("GPU0").weights - first_two.device("GPU0").weights >= 2 * 10_000
+    with pytest.raises(FlagError, match="PATTERN=BUFFER"):
+        llama_load("llama-server -m m.gguf -ot exps".split())
+    with pytest.raises(FlagError, match="not a regular expression"):
+        llama_load("llama-server -m m.gguf -ot [=CPU".split())

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import math
 import platform
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -77,6 +78,9 @@ class LoadSettings:
     tensor_split: tuple[float, ...] = ()
     n_cpu_moe: int = 0
     """--n-cpu-moe N: the experts of the first N layers stay on the CPU."""
+    override_tensor: tuple[tuple[str, str], ...] = ()
+    """-ot PATTERN=BUFFER pairs, first match wins: tensors whose name the regular expression
+    finds go to that buffer ("CPU", "CUDA0"...), whatever their layer's device."""
     no_kv_offload: bool = False
     mmap: bool = True
     repack: bool = True
@@ -236,6 +240,12 @@ def _layer_devices(facts: ModelFacts, settings: LoadSettings, gpus: Sequence[int
 
 
 def _tensor_device(tensor: TensorInfo, facts: ModelFacts, settings: LoadSettings, layer_device: list[str]) -> str:
+    for pattern, buffer in settings.override_tensor:
+        if re.search(pattern, tensor.name):
+            gpu = re.search(r"(\d+)$", buffer)
+            if buffer.upper().startswith("CPU") or gpu is None or layer_device.count(CPU) == len(layer_device):
+                return CPU
+            return f"GPU{gpu.group(1)}"
     layer = tensor.layer
     if layer is None:
         if tensor.name.startswith(("output.", "output_norm.")):

@@ -9,6 +9,7 @@ must be is a `FlagError` naming it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -27,6 +28,7 @@ _LLAMA_VALUE_FLAGS = {
     "-ngl": "gpu_layers", "--gpu-layers": "gpu_layers", "--n-gpu-layers": "gpu_layers",
     "-ts": "tensor_split", "--tensor-split": "tensor_split",
     "-ncmoe": "n_cpu_moe", "--n-cpu-moe": "n_cpu_moe",
+    "-ot": "override_tensor", "--override-tensor": "override_tensor",
 }
 _LLAMA_SWITCHES = {
     "--swa-full": ("swa_full", True),
@@ -84,6 +86,8 @@ def llama_load(argv: Sequence[str]) -> LlamaLoad:
             name = _LLAMA_VALUE_FLAGS[flag]
             if name == "model":
                 model = value
+            elif name == "override_tensor":  # repeatable: each -ot adds its pairs
+                values[name] = (*values.get(name, ()), *_value(flag, name, value))  # type: ignore[misc]
             else:
                 values[name] = _value(flag, name, value)
         elif flag in _FLASH:
@@ -111,6 +115,18 @@ def _value(flag: str, name: str, value: str) -> object:
             return int(value)
         except ValueError:
             raise FlagError(f"{flag} {value!r}: not a whole number") from None
+    if name == "override_tensor":
+        pairs = []
+        for part in value.split(","):
+            pattern, equals, buffer = part.rpartition("=")
+            if not equals or not pattern:
+                raise FlagError(f"{flag} {part!r}: give PATTERN=BUFFER, e.g. 'exps=CPU'")
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise FlagError(f"{flag} {pattern!r}: not a regular expression ({error})") from None
+            pairs.append((pattern, buffer))
+        return tuple(pairs)
     if name == "tensor_split":
         try:
             return tuple(float(part) for part in value.replace("/", ",").split(",") if part)
