@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -612,6 +613,39 @@ def test_the_pages_pure_functions_in_the_browser(router_factory):
     assert results["estimated"]["chip"].endswith(" est.") and "weights 0.09 + kv 0.18" in results["estimated"]["title"]
     assert any(text.startswith("memory estimated from m.gguf") for text in results["estimated"]["facts"])
     assert errors == []
+
+
+VLLM_STARTUP = Path(__file__).parent / "fixtures" / "startup" / "vllm.log"
+
+
+def test_a_loading_model_shows_its_stage_and_eta_as_a_bar(router_factory):
+    # A sim that starts like vLLM (its real startup lines, replayed over 8 s). The first start
+    # gives the history; the second one shows a bar with the share done and the time left.
+    router = router_factory(f"""
+models:
+  qwen3-32b:
+    name: Qwen3 32B
+    cmd: {SIM} --port ${{PORT}} --model qwen3-32b --startup-log {VLLM_STARTUP} --startup-seconds 8
+""")
+    chat(router.url, "qwen3-32b")
+    post(f"{router.url}/api/models/unload/qwen3-32b")
+    loading = threading.Thread(target=chat, args=(router.url, "qwen3-32b"), daemon=True)
+    loading.start()
+    with chromium() as browser:
+        page, errors = open_page(browser, f"{router.url}/ui#/models")
+        with screenshot_on_exit(page, "ui-load-progress"):
+            row = model_row(page, "qwen3-32b")
+            bar = row.locator(".load-progress")
+            expect(bar).to_be_visible()
+            expect(bar.locator(".load-text")).to_contain_text("left (usually")
+            expect(bar.locator(".load-text")).to_contain_text("capturing CUDA graphs", timeout=20_000)
+            assert int(bar.get_attribute("aria-valuenow")) > 0
+            if os.environ.get("SWAPLAB_SCREENSHOTS"):
+                row.screenshot(path=str(SCREENSHOTS / "model-loading-1280.png"))
+            loading.join(60)
+            expect(state_of(row)).to_have_text("ready")
+            expect(bar).to_be_hidden()
+    assert errors == [], errors
 
 
 def post_with_key(url: str, key: str) -> int:

@@ -42,6 +42,7 @@ from swaplab.fleet.devices import device_env
 from swaplab.fleet.engineapi import call_all, first_of, poll_ready, tree_gib
 from swaplab.fleet.kvstore import KvStore, saves_context
 from swaplab.fleet.logs import LogHub
+from swaplab.fleet.loadclock import LoadClock, LoadWatch, command_identity
 from swaplab.fleet.output import ProcessOutput, settle
 from swaplab.fleet.reaper import (
     PidFiles,
@@ -117,8 +118,14 @@ class Backend:
         extra_env: dict[str, str] | None = None,
         kv_store: KvStore | None = None,
         metrics: Metrics | None = None,
+        load_clock: LoadClock | None = None,
+        on_progress: Callable[[Backend], None] | None = None,
     ):
         self.model = model
+        self._load_clock = load_clock or LoadClock()
+        self._on_progress = on_progress
+        self.watch: LoadWatch | None = None
+        """The start or wake under way: its stage from the server's output, and its ETA."""
         self.health_check_timeout = health_check_timeout
         self._logs = logs
         self._pid_files = pid_files
@@ -186,6 +193,25 @@ class Backend:
         the one before it would show the same error twice."""
         return self._logs.tail(self.id, lines, since=self.started_at)
 
+    @property
+    def identity(self) -> str:
+        """Its command's digest: the loads of one command are one history."""
+        return command_identity(self.model.cmd)
+
+    def _output_line(self, line: str) -> None:
+        """A line of the server's output: it may move the start's stage (never the ready state)."""
+        if self.watch is not None and self.watch.line(line, time.monotonic()) and self._on_progress is not None:
+            self._on_progress(self)
+
+    def _enter(self, stage: str) -> None:
+        if self.watch is not None and self.watch.enter(stage, time.monotonic()) and self._on_progress is not None:
+            self._on_progress(self)
+
+    def _finish_watch(self) -> None:
+        if self.watch is not None:
+            self._load_clock.finish(self.id, self.identity, self.watch, time.monotonic(), time.time())
+            self.watch = None
+
     def _set(self, state: State) -> None:
         self.state = state
         assert self.run is not None
@@ -250,13 +276,16 @@ class Backend:
     async def _live(self, run: Run) -> None:
         begun = run.begun
         self.started_at = time.time()
+        self.watch = self._load_clock.begin(self.id, "start", self.identity, begun)
         outcome: BaseException | None = None
         served = False
         try:
             failure = await self._bring_up(run, begun + self.health_check_timeout)
             if failure is None and not run.stop_wanted.is_set() and run.context_dir is not None and self.context is not None:
+                self._enter("restoring context")
                 await self.context.restore(run)
             if failure is None and not run.stop_wanted.is_set():
+                self._finish_watch()
                 self.start_seconds = time.monotonic() - begun
                 self.ready_at = time.time()
                 run.ready.set_result(None)
@@ -295,6 +324,7 @@ class Backend:
             self.state = State.STOPPED
             if self.context is not None:
                 self.context.phase = ""
+            self.watch = None
             run.ended.set_result(None)
             self._on_change(self, run)
             log.info("%s stopped", self.id)
@@ -353,14 +383,19 @@ class Backend:
         sleep = self.model.sleep
         assert sleep is not None
         began = time.monotonic()
+        self.watch = self._load_clock.begin(self.id, "wake", self.identity, began)
+        self._enter("waking")
         failure = await call_all(self._http, self.model.proxy, sleep.wake_calls, sleep.timeout, run.exited, run.stop_wanted)
         if failure is None:
             not_ready = await self._wait_ready(run, time.monotonic() + sleep.timeout, after="waking")
             failure = str(not_ready).split(";")[0] if not_ready is not None else None
         if failure is not None:
+            self.watch = None
             return await self._fall_back(run, f"its wake failed ({failure})")
         if run.stop_wanted.is_set():
+            self.watch = None
             return False
+        self._finish_watch()
         self.last_wake_seconds = time.monotonic() - began
         self.wakes += 1
         self.sleep_faults = 0
@@ -410,7 +445,7 @@ class Backend:
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await loop.subprocess_exec(
-                lambda: ProcessOutput(self.id, self._logs, run),
+                lambda: ProcessOutput(self.id, self._logs, run, on_line=self._output_line),
                 *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

@@ -53,6 +53,7 @@ from swaplab.fleet.lease import (
     PlacementRefused,
 )
 from swaplab.fleet.logs import LogHub
+from swaplab.fleet.loadclock import LoadClock
 from swaplab.fleet.placement import Placement, Resident, claims, estimate_detail, place
 from swaplab.fleet.reaper import PidFiles, descendants
 from swaplab.fleet.status import backend_entry, context_entry, device_entries
@@ -108,8 +109,11 @@ class Fleet:
         logs: LogHub,
         device_probe: DeviceProbe | None = None,
         metrics: Metrics | None = None,
+        load_clock: LoadClock | None = None,
     ):
         self.config = config
+        self.load_clock = load_clock or LoadClock()
+        """Every start's and wake's stages and duration, and the ETA of the next (fleet/loadclock.py)."""
         self.logs = logs
         self.metrics = metrics or Metrics()
         self.pid_files = PidFiles(state_dir)
@@ -170,6 +174,8 @@ class Fleet:
                 on_change=self._backend_changed,
                 kv_store=self.kv_store,
                 metrics=self.metrics,
+                load_clock=self.load_clock,
+                on_progress=self._backend_progressed,
             )
             self._backends[model_id] = backend
         return backend
@@ -566,6 +572,11 @@ class Fleet:
             if backend.fell_back_at >= waiter.since:  # a wake failed meanwhile: this start is its fallback
                 lease.fallback = backend.last_fallback
         waiter.future.set_result(lease)
+
+    def _backend_progressed(self, backend: Backend) -> None:
+        """A start's or wake's stage moved (the server said so): whoever shows progress hears it."""
+        for listener in self.listeners:
+            listener()
 
     def _backend_changed(self, backend: Backend, run: Run) -> None:
         """Every state change of every backend comes through here, as it happens."""

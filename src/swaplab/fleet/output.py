@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from swaplab.fleet.logs import LogHub
 from swaplab.fleet.run import Run
@@ -21,10 +22,11 @@ class ProcessOutput(asyncio.SubprocessProtocol):
     server's workers inherit that pipe and may outlive it.
     """
 
-    def __init__(self, source: str, logs: LogHub, run: Run):
+    def __init__(self, source: str, logs: LogHub, run: Run, on_line: Callable[[str], None] | None = None):
         self._source = source
         self._logs = logs
         self._run = run
+        self._on_line = on_line
         self._transport: asyncio.SubprocessTransport | None = None
         self._partial = bytearray()
 
@@ -39,6 +41,13 @@ class ProcessOutput(asyncio.SubprocessProtocol):
             self._write(buffer[start:end])
             start = end + 1
         del buffer[:start]
+        if self._on_line is not None and b"\r" in buffer:
+            # A progress bar (tqdm) redraws one line with carriage returns and ends it with a
+            # newline only when done: its latest complete redraw is the progress to show now.
+            redraws = bytes(buffer).split(b"\r")
+            latest = redraws[-2] if len(redraws) > 1 else b""
+            if latest.strip():
+                self._on_line(latest.decode(errors="replace"))
         if len(buffer) > OUTPUT_LINE_LIMIT:
             self._write(buffer)
             buffer.clear()
@@ -57,7 +66,10 @@ class ProcessOutput(asyncio.SubprocessProtocol):
         run.exited.set()
 
     def _write(self, line: bytes | bytearray) -> None:
-        self._logs.write(self._source, bytes(line).decode(errors="replace").rstrip("\r"))
+        text = bytes(line).decode(errors="replace").rstrip("\r")
+        self._logs.write(self._source, text)
+        if self._on_line is not None:
+            self._on_line(text)
 
 
 async def settle(run: Run) -> None:

@@ -5,6 +5,8 @@ Pure functions over what the fleet hands them; reading a backend changes nothing
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -57,6 +59,8 @@ def backend_entry(
         entry["waiting"] = waiting
     if backend.phase:
         entry["phase"] = backend.phase
+    if backend.watch is not None:
+        entry["progress"] = backend.watch.view(time.monotonic())
     if backend.start_seconds is not None:
         entry["start_seconds"] = round(backend.start_seconds, 3)
     if backend.model.sleep is not None:

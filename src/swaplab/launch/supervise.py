@@ -14,6 +14,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable
 
+from swaplab.fleet.progress import StartupReader
 from swaplab.launch import remote, state
 from swaplab.launch.members import Member, follow_member_output, recipe_label
 from swaplab.launch.output import LineSplitter, Observer
@@ -56,10 +57,14 @@ class Supervisor:
         self.cause = ""
         self.stopping = False
         self._tails: dict[str, deque[str]] = {}
+        self._stages: dict[str, StartupReader] = {}
+        """Each member's engine stage, read from its output (fleet/progress.py)."""
+        self._shown: dict[str, tuple[str, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     def follow(self, member: Member) -> None:
         self._tails[member.name] = deque(maxlen=TAIL_LINES)
+        self._stages[member.name] = StartupReader()
         self._tasks.append(asyncio.get_running_loop().create_task(self._follow(member), name=f"follow {member.name}"))
 
     async def detach(self) -> None:
@@ -83,6 +88,7 @@ class Supervisor:
     def _line(self, member: Member, line: str) -> None:
         self._tails[member.name].append(line)
         self.observer.output(f"{member.prefix}{line}")
+        self._stage(member, line)
         for pattern in self.fatal_patterns:
             if pattern.search(line):
                 self.fail(member, f"{member.title} printed the fatal marker {pattern.pattern!r}")
@@ -93,6 +99,19 @@ class Supervisor:
                     self.ready_line = f"{member.title}: {line.strip()}"
                     self.ready_marker.set()
                     return
+
+    def _stage(self, member: Member, line: str) -> None:
+        """Say each member's stage as its engine moves on (a new stage, or each further quarter of one)."""
+        reader = self._stages.get(member.name)
+        stage = reader.feed(line) if reader is not None else None
+        if stage is None or self.ready_marker.is_set():
+            return
+        quarter = int((stage.fraction or 0.0) * 4)
+        if self._shown.get(member.name) == (stage.name, quarter):
+            return
+        self._shown[member.name] = (stage.name, quarter)
+        share = f" {stage.fraction:.0%}" if stage.fraction is not None else ""
+        self.observer.message(f"{member.title}: {stage.name}{share}")
 
     async def _follow(self, member: Member) -> None:
         splitter = LineSplitter()

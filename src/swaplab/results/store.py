@@ -131,6 +131,22 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE activity ADD COLUMN draft_tokens INTEGER",
         "ALTER TABLE activity ADD COLUMN draft_accepted_tokens INTEGER",
     ),
+    # 8: how long each start and wake took, stage by stage: the ETA of the next one
+    # (results/loads.py, fleet/loadclock.py).
+    (
+        """
+        CREATE TABLE loads (
+            id INTEGER PRIMARY KEY,
+            finished_at REAL NOT NULL,           -- unix seconds when the model was ready
+            model TEXT NOT NULL,
+            kind TEXT NOT NULL,                  -- start | wake
+            identity TEXT NOT NULL,              -- digest of the command: another command, another history
+            seconds REAL NOT NULL,               -- spawn (or wake call) to ready
+            stages TEXT NOT NULL                 -- JSON [[stage, seconds], ...] in order
+        )
+        """,
+        "CREATE INDEX loads_by_model ON loads (model, kind, identity, finished_at)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from swaplab.results.activity import ActivityRecord, insert_activity
+from swaplab.results.loads import LoadRecord, insert_loads
 from swaplab.results.store import connect, default_path
 
 log = logging.getLogger("swaplab.results")
@@ -49,6 +50,8 @@ class ActivityWriter:
         self.dropped_failed = 0  # records in batches the database refused
         # (sequence number, record); deque appends and pops are atomic across threads.
         self._pending: deque[tuple[int, ActivityRecord]] = deque()
+        self._loads: deque[LoadRecord] = deque()
+        """Finished starts and wakes (fleet/loadclock.py): a handful an hour, written with the next batch."""
         self._submitted = 0
         self._settled = 0  # every record up to this sequence number is written or dropped
         self._settled_changed = threading.Condition()
@@ -92,6 +95,11 @@ class ActivityWriter:
         self._pending.append((self._submitted, record))
         if len(self._pending) >= self.batch_size:
             self._wake.set()
+
+    def submit_load(self, record: LoadRecord) -> None:
+        """Queue one start's or wake's timings; never blocks."""
+        self._loads.append(record)
+        self._wake.set()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is written (or dropped); False on timeout."""
@@ -144,6 +152,14 @@ class ActivityWriter:
                 self._settled_changed.notify_all()
 
     def _drain(self, connection: sqlite3.Connection) -> None:
+        loads = []
+        while self._loads:
+            loads.append(self._loads.popleft())
+        if loads:
+            try:
+                insert_loads(connection, loads)
+            except sqlite3.Error as error:
+                log.warning("could not record %d load timings in %s: %s", len(loads), self.path, error)
         while self._pending:
             batch: list[tuple[int, ActivityRecord]] = []
             while len(batch) < self.batch_size:

@@ -152,6 +152,8 @@ class LlamaSwapApi:
                 entry["sleep"] = live["sleep"]
             if "phase" in live:
                 entry["phase"] = live["phase"]
+            if "progress" in live:  # a field llama-swap's page does not read, so it shows what it always did
+                entry["progress"] = live["progress"]
             estimate = estimate_detail(router.fleet.config, model.id)
             if estimate is not None:
                 entry["claim_estimate"] = estimate

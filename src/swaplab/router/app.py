@@ -9,8 +9,10 @@ recorded here too, in batches off the request path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from swaplab.fleet.performance import PerformanceSampler
 from swaplab.metrics import Metrics
 from swaplab.results.activity import capture_of_row, recent_activity
 from swaplab.results.activityapi import QueryParameterError, whole_number
+from swaplab.results.loads import LoadRecord, recent_loads
+from swaplab.results.store import connect
 from swaplab.results.writer import ActivityWriter
 from swaplab.router.api import LlamaSwapApi
 from swaplab.router.auth import api_key_middleware
@@ -140,10 +144,23 @@ class Router:
     async def _on_startup(self, app: web.Application) -> None:
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.activity.start)
+        # This machine's earlier starts and wakes: the ETA of the next ones (fleet/loadclock.py).
+        history = await asyncio.to_thread(self._load_history)
+        for record in history:
+            self.fleet.load_clock.history.add(record)
+        self.fleet.load_clock.on_record = self.activity.submit_load
         await self.fleet.open()
         self.peers.start(self.config)
         self.performance.start()
         self._preload()
+
+    def _load_history(self) -> list[LoadRecord]:
+        try:
+            with contextlib.closing(connect(self.activity.path)) as connection:
+                return recent_loads(connection)
+        except sqlite3.Error as error:
+            log.warning("no load history from %s: %s", self.activity.path, error)
+            return []
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await self.close()

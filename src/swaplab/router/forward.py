@@ -326,7 +326,7 @@ class Forwarder:
         def progress() -> bytes:
             entry = next((e for e in self.fleet.status() if e["model"] == model_id), {})
             text = progress_text(model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting"),
-                                 entry.get("phase", ""))
+                                 entry.get("phase", ""), entry.get("progress"))
             return loading_event(model_id, text)
 
         keepalive.show_progress(progress, LOADING_INTERVAL)

@@ -17,6 +17,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     sim.add_argument("--load-seconds", type=float, default=0.0, help="time before it can serve")
     sim.add_argument(
+        "--startup-log", metavar="FILE",
+        help="print FILE's lines (an engine's startup output; '#' lines skipped) before listening, as the engine would",
+    )
+    sim.add_argument(
+        "--startup-seconds", type=float, default=1.0, metavar="S",
+        help="spread --startup-log's lines evenly over S seconds (default 1)",
+    )
+    sim.add_argument(
         "--health-before-ready", action="store_true",
         help="/health answers 200 during the load while generation fails with 503 (like SGLang)",
     )
@@ -77,6 +85,8 @@ def main(args: argparse.Namespace) -> int:
             ttft_ms=args.ttft_ms,
             tokens_per_second=args.tokens_per_second,
             load_seconds=args.load_seconds,
+            startup_lines=_startup_lines(args.startup_log) if args.startup_log else (),
+            startup_seconds=args.startup_seconds,
             health_before_ready=args.health_before_ready,
             crash_after_tokens=args.crash_after_tokens,
             default_max_tokens=args.default_max_tokens,
@@ -93,3 +103,14 @@ def main(args: argparse.Namespace) -> int:
             timings=args.timings,
         )
     )
+
+
+def _startup_lines(path: str) -> tuple[str, ...]:
+    """The lines of an engine's startup output to replay, without the file's '#' comments."""
+    from swaplab.errors import SwaplabError
+
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError as error:
+        raise SwaplabError(f"sim --startup-log {path}: {error.strerror or error}") from None
+    return tuple(line for line in text.splitlines() if line.strip() and not line.startswith("#"))

@@ -48,6 +48,9 @@ class SimSettings:
     ttft_ms: float = 0.0
     tokens_per_second: float = 0.0  # 0: as fast as possible
     load_seconds: float = 0.0
+    startup_lines: tuple[str, ...] = ()
+    """An engine's startup output, printed before the port is bound (`--startup-log`)."""
+    startup_seconds: float = 1.0
     health_before_ready: bool = False
     crash_after_tokens: int = 0  # 0: never
     default_max_tokens: int = 16
@@ -66,7 +69,7 @@ class SimSettings:
     def __post_init__(self) -> None:
         for name in (
             "ttft_ms", "tokens_per_second", "load_seconds", "crash_after_tokens", "default_max_tokens",
-            "sleep_seconds", "wake_seconds", "prefill_tokens_per_second",
+            "sleep_seconds", "wake_seconds", "prefill_tokens_per_second", "startup_seconds",
         ):
             if getattr(self, name) < 0:
                 raise SwaplabError(f"sim: --{name.replace('_', '-')} must not be negative")
@@ -364,6 +367,20 @@ def _anthropic_error(status: int, message: str) -> web.Response:
     return web.json_response(messages.error_body(status, message), status=status)
 
 
+async def _replay_startup(settings: SimSettings, stop: asyncio.Event) -> bool:
+    """Print the engine's startup lines at their pace; True when a stop came meanwhile."""
+    lines = settings.startup_lines
+    pause = settings.startup_seconds / len(lines) if lines else 0.0
+    for line in lines:
+        print(line, flush=True)
+        try:
+            await asyncio.wait_for(stop.wait(), pause)
+            return True
+        except TimeoutError:
+            pass
+    return False
+
+
 def run(settings: SimSettings) -> int:
     """Serve until SIGTERM or SIGINT; returns the exit code."""
     return asyncio.run(_serve(settings))
@@ -371,6 +388,11 @@ def run(settings: SimSettings) -> int:
 
 async def _serve(settings: SimSettings) -> int:
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stop.set)
+    if await _replay_startup(settings, stop):
+        return 0
     sim = Sim(settings)  # the load clock starts now, before the port is bound
     runner = web.AppRunner(
         sim.app(), handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS
@@ -385,9 +407,6 @@ async def _serve(settings: SimSettings) -> int:
                 f"sim cannot listen on {settings.host}:{settings.port} "
                 f"({os.strerror(error.errno) if error.errno else error}); choose another --port or --host"
             ) from None
-        stop = asyncio.Event()
-        for signal_number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signal_number, stop.set)
         host, port = runner.addresses[0][:2]
         shown_host = f"[{host}]" if ":" in host else host
         print(f"sim: model {settings.model} listening on http://{shown_host}:{port}", flush=True)

@@ -8,7 +8,7 @@ import { duration, gib } from "./format.js";
 import { icon } from "./icons.js";
 import { createLogPane } from "./logpane.js";
 import { on, reconnectDelay, state } from "./live.js";
-import { findModel, modelActions, modelChips, modelFacts, modelProblem, setState, stateBadge } from "./modelparts.js";
+import { findModel, modelActions, modelChips, modelFacts, modelProblem, progressBar, setState, stateBadge } from "./modelparts.js";
 
 /** Read the model's plain-text log stream into `pane` until `signal` aborts; reconnect when it drops. */
 async function streamLog(id, pane, signal) {
@@ -73,6 +73,7 @@ export function createModelView() {
   const tools = h("div", { class: "view-tools" });
   const chips = h("div", { class: "chips" });
   const problem = h("p", { class: "model-problem" });
+  const progress = h("div", { class: "model-progress" });
   const facts = h("div", {});
   const entry = h("pre", { class: "code config-entry" });
   const logSlot = h("div", {});
@@ -84,7 +85,7 @@ export function createModelView() {
     h(
       "div",
       { class: "detail-grid" },
-      h("section", { class: "section" }, h("h2", { class: "section-title" }, "Overview"), h("div", { class: "panel panel-padded" }, chips, problem, facts)),
+      h("section", { class: "section" }, h("h2", { class: "section-title" }, "Overview"), h("div", { class: "panel panel-padded" }, chips, problem, progress, facts)),
       h("section", { class: "section" }, h("h2", { class: "section-title" }, "Config entry"), entry),
     ),
     h("section", { class: "section" }, h("h2", { class: "section-title" }, "Log"), logSlot),
@@ -118,6 +119,7 @@ export function createModelView() {
     problem.hidden = !trouble;
     problem.dataset.kind = trouble ? trouble.kind : "";
     setText(problem, trouble ? trouble.text : "");
+    progress.replaceChildren(progressBar(model));
     const next = factList(model);
     if (facts.firstElementChild?.textContent !== next.textContent) facts.replaceChildren(next);
     setText(entry, model.entry ? dedent(model.entry) : "(no entry text)");

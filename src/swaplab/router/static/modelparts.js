@@ -41,6 +41,7 @@ export function describeModel(status, running, catalog, requests) {
     sleepable: Boolean(catalog && catalog.sleep),
     sleep: (running && running.sleep) || status.sleep || null,
     kvCache: (running && running.kv_cache) || status.kv_cache || null,
+    progress: (running && running.progress) || status.progress || null,
     phase: (running && running.phase) || status.phase || "",
     failures: (running && running.consecutive_failures) || 0,
     lastError: (running && running.last_error) || "",
@@ -98,6 +99,36 @@ export function modelChips(model) {
   }
   if (model.sleepable) chips.push(chip(model.sleep ? `sleeps: ${model.sleep.engine}${model.sleep.engine === "vllm" ? ` L${model.sleep.level}` : ""}` : "sleeps", "sleep"));
   return chips;
+}
+
+/** A load under way as a bar: its share done (null: not known yet), and what it is doing. Pure. */
+export function loadProgress(model) {
+  const progress = model.progress;
+  if (!progress || !["starting", "waking"].includes(model.state)) return null;
+  const share = progress.percent != null ? progress.percent / 100 : progress.fraction;
+  const parts = [progress.stage + (progress.fraction != null ? ` ${Math.round(progress.fraction * 100)}%` : "")];
+  parts.push(duration(progress.elapsed_seconds));
+  if (progress.stuck) parts.push(`probably stuck: no output for ${duration(progress.silent_seconds)}`);
+  else if (progress.eta_seconds != null) parts.push(`about ${duration(progress.eta_seconds)} left (usually ${duration(progress.usual_seconds)})`);
+  else parts.push("first load here: no ETA yet");
+  return { share: share == null ? null : Math.max(0, Math.min(1, share)), text: parts.join(" · "), stuck: Boolean(progress.stuck) };
+}
+
+/** The load's bar, or an empty placeholder that hides itself. */
+export function progressBar(model) {
+  const progress = loadProgress(model);
+  const bar = h("div", { class: "load-progress", role: "progressbar", hidden: !progress });
+  if (!progress) return bar;
+  bar.dataset.stuck = String(progress.stuck);
+  if (progress.share == null) bar.dataset.indeterminate = "true";
+  else bar.setAttribute("aria-valuenow", String(Math.round(progress.share * 100)));
+  bar.setAttribute("aria-valuemin", "0");
+  bar.setAttribute("aria-valuemax", "100");
+  bar.append(
+    h("span", { class: "load-track" }, h("span", { class: "load-fill", style: `width: ${((progress.share ?? 0.3) * 100).toFixed(1)}%` })),
+    h("span", { class: "load-text" }, progress.text),
+  );
+  return bar;
 }
 
 /** Why the model is not serving, if something says so: a crash loop, a failed wake, a wait. */

@@ -4,7 +4,7 @@ import { getJson, postJson } from "./api.js";
 import { empty, h, reconcile, setText } from "./dom.js";
 import { ago, gib } from "./format.js";
 import { on, state } from "./live.js";
-import { localModels, modelActions, modelChips, modelFacts, modelProblem, setState, stateBadge } from "./modelparts.js";
+import { loadProgress, localModels, modelActions, modelChips, modelFacts, modelProblem, progressBar, setState, stateBadge } from "./modelparts.js";
 import { toast } from "./toast.js";
 
 function modelRow(model) {
@@ -16,16 +16,17 @@ function modelRow(model) {
   const description = h("p", { class: "model-description" });
   const chips = h("div", { class: "chips" });
   const problem = h("p", { class: "model-problem" });
+  const progress = h("div", { class: "model-progress" });
   const facts = h("div", { class: "model-facts" });
   const row = h(
     "article",
     { class: "model-row" },
     h("div", { class: "model-state" }, badge),
-    h("div", { class: "model-main" }, h("div", { class: "model-title" }, link, name, unlisted), description, chips, problem),
+    h("div", { class: "model-main" }, h("div", { class: "model-title" }, link, name, unlisted), description, chips, problem, progress),
     facts,
     actions.root,
   );
-  row.parts = { actions, badge, link, name, unlisted, description, chips, problem, facts };
+  row.parts = { actions, badge, link, name, unlisted, description, chips, problem, progress, facts };
   return row;
 }
 
@@ -48,6 +49,11 @@ function updateModelRow(row, model) {
   parts.problem.hidden = !problem;
   parts.problem.dataset.kind = problem ? problem.kind : "";
   setText(parts.problem, problem ? problem.text : "");
+  const progressText = JSON.stringify(loadProgress(model));
+  if (parts.progress.dataset.text !== progressText) {
+    parts.progress.dataset.text = progressText;
+    parts.progress.replaceChildren(progressBar(model));
+  }
   const factText = JSON.stringify(modelFacts(model));
   if (parts.facts.dataset.text !== factText) {
     parts.facts.dataset.text = factText;
