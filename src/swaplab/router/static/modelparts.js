@@ -154,7 +154,7 @@ export function modelFacts(model) {
   if (load.length) facts.push({ kind: "load", text: load.join(" · ") });
   const process = [];
   if (model.pid) process.push(`pid ${model.pid}`);
-  if (model.startSeconds != null && model.state !== "stopped") process.push(`started in ${duration(model.startSeconds)}`);
+  if (model.startSeconds != null && !["stopped", "starting", "waking"].includes(model.state)) process.push(`started in ${duration(model.startSeconds)}`);
   if (process.length) facts.push({ text: process.join(" · ") });
   const sleep = model.sleep;
   if (sleep) {
