@@ -64,11 +64,23 @@ def foreground_up(gang, tmp_path):
 
 
 
+VLLM_STARTUP = Path(__file__).parent / "fixtures" / "startup" / "vllm.log"
+
+
 def test_up_reaches_ready_logs_merge_both_ranks_and_down_leaves_nothing(gang):
-    gang.recipe(sim_args("--load-seconds", "1"), ready=["listening on"])
+    # Each rank prints vLLM's real startup lines first: `up` says every rank's stage as it moves.
+    gang.recipe(sim_args("--load-seconds", "1", "--startup-log", str(VLLM_STARTUP), "--startup-seconds", "1"),
+                ready=["listening on"])
     up = gang.launch("up")
     assert up.returncode == 0, up.stderr
     assert f"ready: {gang.url()}" in up.stderr
+    # (until the head is ready: then `up` is done, whatever a worker still prints)
+    for rank in ("rank 0", "rank 1"):
+        said = [line for line in up.stderr.splitlines() if f"{rank} on " in line]
+        assert any(line.endswith(": loading weights 0%") for line in said), said
+    head = [line.split(": ", 2)[-1] for line in up.stderr.splitlines() if "rank 0 on " in line and "starting" not in line]
+    assert head[:3] == ["loading weights 0%", "loading weights 33%", "loading weights 67%"], head
+    assert head.index("compiling") < head.index("capturing CUDA graphs 34%") < head.index("capturing CUDA graphs 100%"), head
     assert "the head answered a one-token completion" in up.stderr
     # Both ranks serve on their own node address (the {fabric_ip} placeholder), same port.
     # (readiness is the head's: a worker may still be loading, as the sim's rank 1 may be here.)
