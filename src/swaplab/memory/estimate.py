@@ -32,9 +32,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from swaplab.memory.facts import ModelFacts, TensorInfo
+from swaplab.memory.ggml import constants
 
 GIB = 1024**3
 MIB = 1024**2
@@ -51,7 +50,8 @@ CPU = "CPU"
 
 def row_bytes(type_name: str, values: int) -> int:
     """ggml_row_size: the bytes of `values` values of a (block-quantized) ggml type."""
-    per_block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[type_name.upper()]]
+    ggml = constants()
+    per_block, block_bytes = ggml.GGML_QUANT_SIZES[ggml.GGMLQuantizationType[type_name.upper()]]
     return math.ceil(values / per_block) * block_bytes
 
 

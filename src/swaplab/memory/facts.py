@@ -17,15 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gguf.constants import (
-    GGML_QUANT_SIZES,
-    GGUF_DEFAULT_ALIGNMENT,
-    GGUF_MAGIC,
-    GGMLQuantizationType,
-    GGUFValueType,
-)
-
 from swaplab.errors import SwaplabError
+from swaplab.memory.ggml import constants
 
 # Layers of these architectures alternate sliding-window and global attention with a
 # period llama.cpp's model code sets rather than reads (`set_swa_pattern(n)`: the last
@@ -138,10 +131,9 @@ def read_gguf(path: str | Path) -> ModelFacts:
 # 262,144-token vocabulary on one core, in the path of a model's start. The header walk
 # below reads the same format (gguf's constants name its types and block sizes) and
 # skips the tokenizer's arrays, keeping their lengths: 0.1 s.
-_SCALARS = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i", GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?",
-    GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
+_SCALARS = {  # gguf's GGUFValueType names -> struct formats
+    "UINT8": "<B", "INT8": "<b", "UINT16": "<H", "INT16": "<h", "UINT32": "<I", "INT32": "<i",
+    "FLOAT32": "<f", "BOOL": "<?", "UINT64": "<Q", "INT64": "<q", "FLOAT64": "<d",
 }
 _KEEP_ARRAY = 65536  # longer arrays (vocabularies, merges) are skipped, their length kept
 _MAX_HEADER_ITEMS = 1 << 24
@@ -151,6 +143,7 @@ class _Header:
     def __init__(self, file: BinaryIO, source: str) -> None:
         self.file = file
         self.source = source
+        self.types = constants().GGUFValueType
 
     def read(self, size: int) -> bytes:
         data = self.file.read(size)
@@ -158,41 +151,43 @@ class _Header:
             raise ModelFactsError(f"{self.source}: the GGUF header ends early (a truncated or partial file?)")
         return data
 
-    def scalar(self, kind: GGUFValueType) -> Any:
-        fmt = _SCALARS[kind]
+    def scalar(self, kind: Any) -> Any:
+        fmt = _SCALARS[kind.name]
         return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
 
     def string(self) -> str:
-        length = self.scalar(GGUFValueType.UINT64)
+        length = self.scalar(self.types.UINT64)
         if length > 1 << 26:
             raise ModelFactsError(f"{self.source}: a header string of {length} bytes (not a GGUF file?)")
         return self.read(length).decode("utf-8", errors="replace")
 
-    def value(self, kind: GGUFValueType) -> tuple[Any, int]:
+    def value(self, kind: Any) -> tuple[Any, int]:
         """A value and, for arrays, its length (the value is None for a skipped array)."""
-        if kind == GGUFValueType.STRING:
+        if kind == self.types.STRING:
             return self.string(), 0
-        if kind != GGUFValueType.ARRAY:
+        if kind != self.types.ARRAY:
             return self.scalar(kind), 0
-        item = GGUFValueType(self.scalar(GGUFValueType.UINT32))
-        count = self.scalar(GGUFValueType.UINT64)
+        item = self.types(self.scalar(self.types.UINT32))
+        count = self.scalar(self.types.UINT64)
         if count > _MAX_HEADER_ITEMS:
             raise ModelFactsError(f"{self.source}: an array of {count} items in the header (not a GGUF file?)")
-        if item in _SCALARS and count > _KEEP_ARRAY:
-            self.file.seek(struct.calcsize(_SCALARS[item]) * count, 1)
+        if item.name in _SCALARS and count > _KEEP_ARRAY:
+            self.file.seek(struct.calcsize(_SCALARS[item.name]) * count, 1)
             return None, count
-        if item == GGUFValueType.STRING and count > _KEEP_ARRAY:
+        if item == self.types.STRING and count > _KEEP_ARRAY:
             for _ in range(count):
-                self.file.seek(self.scalar(GGUFValueType.UINT64), 1)
+                self.file.seek(self.scalar(self.types.UINT64), 1)
             return None, count
         return [self.value(item)[0] for _ in range(count)], count
 
 
 def _read_header(file: BinaryIO, source: str) -> tuple[dict[str, Any], int, list[TensorInfo]]:
     header = _Header(file, source)
+    ggml = constants()
+    types = ggml.GGUFValueType
     try:
         magic, version = struct.unpack("<II", header.read(8))
-        if magic != GGUF_MAGIC:
+        if magic != ggml.GGUF_MAGIC:
             raise ModelFactsError(f"{source}: not a GGUF file (it does not start with GGUF)")
         if version not in (2, 3):
             raise ModelFactsError(f"{source}: GGUF version {version} (big-endian or unknown; llama.cpp reads 2 and 3)")
@@ -203,7 +198,7 @@ def _read_header(file: BinaryIO, source: str) -> tuple[dict[str, Any], int, list
         n_tokens = 0
         for _ in range(n_kv):
             key = header.string()
-            value, count = header.value(GGUFValueType(header.scalar(GGUFValueType.UINT32)))
+            value, count = header.value(types(header.scalar(types.UINT32)))
             if key == "tokenizer.ggml.tokens":
                 n_tokens = count
             if value is not None and not key.startswith("tokenizer.ggml.") or key == "tokenizer.ggml.model":
@@ -211,16 +206,16 @@ def _read_header(file: BinaryIO, source: str) -> tuple[dict[str, Any], int, list
         raw = []
         for _ in range(n_tensors):
             name = header.string()
-            dims = tuple(header.scalar(GGUFValueType.UINT64) for _ in range(header.scalar(GGUFValueType.UINT32)))
-            kind = GGMLQuantizationType(header.scalar(GGUFValueType.UINT32))
-            raw.append((name, dims, kind, header.scalar(GGUFValueType.UINT64)))
+            dims = tuple(header.scalar(types.UINT64) for _ in range(header.scalar(types.UINT32)))
+            kind = ggml.GGMLQuantizationType(header.scalar(types.UINT32))
+            raw.append((name, dims, kind, header.scalar(types.UINT64)))
     except (ValueError, struct.error, KeyError) as error:
         raise ModelFactsError(f"{source}: a GGUF header llama.cpp could not read ({error})") from None
-    alignment = int(metadata.get("general.alignment") or GGUF_DEFAULT_ALIGNMENT)
+    alignment = int(metadata.get("general.alignment") or ggml.GGUF_DEFAULT_ALIGNMENT)
     start = (file.tell() + alignment - 1) // alignment * alignment
     tensors = []
     for name, dims, kind, offset in raw:
-        per_block, block_bytes = GGML_QUANT_SIZES[kind]
+        per_block, block_bytes = ggml.GGML_QUANT_SIZES[kind]
         elements = math.prod(dims)
         tensors.append(TensorInfo(name, kind.name, elements // per_block * block_bytes, start + offset, dims))
     return metadata, n_tokens, tensors
