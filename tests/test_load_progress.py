@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import aiohttp
@@ -90,3 +91,5 @@ async def test_a_vllm_like_start_shows_its_stages_and_the_next_one_an_eta(router
         percents = [p["percent"] for p in second]
         assert percents == sorted(percents) and percents[-1] > percents[0]
         assert any("earlier load" in text and "left" in text for text in said)
+        done = [int(re.search(r"(\d+)% done", text).group(1)) for text in said if "% done" in text]
+        assert done and done == sorted(done), said  # the loading state's share only grows

@@ -52,10 +52,12 @@ def progress_text(
 
 
 def stage_text(progress: dict) -> str:
-    """`capturing CUDA graphs 45% · 62 s · about 40 s left (usually 95 s over 3 loads)`."""
+    """`capturing CUDA graphs 45% · 61% done · 62 s · about 40 s left (usually 95 s, 3 earlier loads)`."""
     parts = [progress["stage"] if progress["stage"] != "starting" else "starting"]
     if progress.get("fraction") is not None:
         parts[0] += f" {progress['fraction'] * 100:.0f}%"
+    if progress.get("percent") is not None:
+        parts.append(f"{progress['percent']}% done")
     parts.append(f"{progress['elapsed_seconds']:.0f} s")
     if progress.get("stuck"):
         parts.append(f"probably stuck: no output for {progress['silent_seconds']:.0f} s, "
