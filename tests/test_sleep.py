@@ -319,3 +319,23 @@ async def test_a_sleepers_device_claim_is_listed_apart_and_frees_the_device(rout
             listed = await response.json()
     (device,) = listed["devices"]
     assert (device["models"], device["asleep"], device["claimed_gib"]) == ({"b": 12.0}, {"a": 12.0}, 12.0)
+
+
+async def test_wakes_are_timed_into_the_store_and_the_next_wake_has_an_eta(router_factory):
+    router = router_factory("sendLoadingState: true\n" + config(
+        sleepy("a", "vllm", "--wake-seconds", "1.5"), sleepy("b", "vllm"),
+    ))
+    body = {"model": "a", "stream": True, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    said = []
+    async with aiohttp.ClientSession() as session:
+        await ask(session, router.url, "a")
+        for _ in range(2):  # b puts a to sleep; a wakes
+            await ask(session, router.url, "b")
+            async with session.post(f"{router.url}/v1/chat/completions", json=body) as response:
+                said.append((await response.read()).decode())
+    assert "no earlier load" in said[0] and "earlier load" in said[1] and "left" in said[1]
+    with sqlite3.connect(router.db) as db:
+        rows = db.execute("SELECT model, kind, stages FROM loads ORDER BY id").fetchall()
+    wakes = [json.loads(stages) for model, kind, stages in rows if model == "a" and kind == "wake"]
+    assert len(wakes) == 2 and all([name for name, _ in stages] == ["waking"] for stages in wakes)
+    assert {model for model, kind, _ in rows if kind == "start"} == {"a", "b"}

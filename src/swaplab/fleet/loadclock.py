@@ -122,7 +122,8 @@ class LoadWatch:
 
     def _show(self, stage: Stage, now: float) -> bool:
         if stage.name != self.stage:
-            self.stages.append((self.stage, now - self.stage_began))
+            if self.stage != STARTING or now - self.stage_began > 0.001:  # a wake enters its stage at once
+                self.stages.append((self.stage, now - self.stage_began))
             self.stage, self.stage_began = stage.name, now
             self.fraction, self.engine = stage.fraction, stage.engine
             return True
