@@ -1,11 +1,13 @@
 """Where a starting server is, read from its own output: a stage, and a fraction where it says one.
 
-Each engine's rules are data: a table of (pattern, stage, how to read a fraction). The
-patterns were written against real startup logs (tests/fixtures/startup/, each with its
-origin). `StartupReader` tries every engine's table on every line, so a server behind
-docker, a wrapper script or `swaplab sim` replaying an engine is read all the same. Lines
-may carry ANSI colours, worker prefixes (`(Worker_TP0 pid=46)`, `[2025-03-27 21:33:31 TP0]`)
-and tqdm's carriage-return redraws; a fraction never goes back within its stage.
+A cold start of vLLM or SGLang takes minutes (weights, torch.compile, CUDA graphs), and a
+llama.cpp one seconds to minutes; swaplab shows how far along it is from the engine's own
+startup lines. Each engine's rules are data: a table of (pattern, stage, how to read a
+fraction). The patterns were written against real startup logs (tests/fixtures/startup/, each
+with its origin). `StartupReader` tries every engine's table on every line, so a server behind
+docker, a wrapper script or `swaplab sim` replaying an engine is read all the same. Lines may
+carry ANSI colours, worker prefixes (`(Worker_TP0 pid=46)`, `[2025-03-27 21:33:31 TP0]`) and
+tqdm's carriage-return redraws; a fraction never goes back within its stage.
 
 Pure: no I/O, no clocks.
 """
@@ -21,10 +23,12 @@ READY = "ready"
 
 @dataclass(frozen=True)
 class Stage:
+    """One step of a server's start, as its engine said it."""
+
     name: str
     """Plain words a person reads: "loading weights", "capturing CUDA graphs"..."""
     fraction: float | None
-    """0..1 within the stage where the engine says how far (a shard x/N, a graph x/N)."""
+    """0..1 within the stage where the engine says how far (a shard x/N, a graph x/N, a %)."""
     engine: str
     """The engine whose rule matched: "llama.cpp", "vLLM", "SGLang"."""
 
@@ -32,83 +36,121 @@ class Stage:
 Fraction = Callable[[re.Match[str]], float | None]
 
 
-def _of(match: re.Match[str]) -> float | None:
-    """`x/N` in the pattern's groups `done` and `total`."""
-    total = int(match.group("total"))
-    return int(match.group("done")) / total if total else None
+def _count(found: re.Match[str]) -> float | None:
+    """A tqdm bar's `x/N`, or its percentage where the line lost the count."""
+    total = found.group("total")
+    if total is not None and int(total) > 0:
+        return int(found.group("done")) / int(total)
+    return int(found.group("pct")) / 100
 
 
-def _none(match: re.Match[str]) -> float | None:
+def _none(found: re.Match[str]) -> float | None:
     return None
 
 
-def _done(match: re.Match[str]) -> float | None:
+def _done(found: re.Match[str]) -> float | None:
+    """A line that closes its stage ("Loading weights took 24.84 seconds")."""
     return 1.0
 
 
 @dataclass(frozen=True)
 class Rule:
+    """A line pattern, the stage it means, and how to read a fraction from the match."""
+
     pattern: re.Pattern[str]
     stage: str
     fraction: Fraction = _none
+    within: str | None = None
+    """Only while already in this stage: for lines that say nothing alone (a bare tqdm bar)."""
 
 
-def _rules(*rows: tuple[str, str, Fraction]) -> tuple[Rule, ...]:
-    return tuple(Rule(re.compile(pattern), stage, fraction) for pattern, stage, fraction in rows)
+def _rules(*rows: tuple) -> tuple[Rule, ...]:
+    return tuple(Rule(re.compile(pattern), *rest) for pattern, *rest in rows)
 
 
-X_OF_N = r"(?P<done>\d+)/(?P<total>\d+)"
+# tqdm as these engines print it: "45%|████▍     | 30/67 [00:01<..]" or vLLM's shard loader's
+# "50% Completed | 2/4 [..]". Bar cells hold no letters, so a pasted log whose redraws lost
+# their \r ("69%|███Capturing ... 71%|███") still splits into one match per redraw.
+BAR = r"(?P<pct>\d{1,3})%(?:\|[^|A-Za-z]*\|?\s*|\s*(?:Completed\s*)?\|\s*)(?:(?P<done>\d+)/(?P<total>\d+))?"
+SHARDS = rf"Loading safetensors checkpoint shards:\s*{BAR}"
 
-# (engine, its rules, in no particular order: the first that matches a line wins)
+# (engine, its rules; within one table the first rule that matches a line wins)
 ENGINES: tuple[tuple[str, tuple[Rule, ...]], ...] = (
-    ("llama.cpp", _rules(
-        (r"llama_model_loader: loaded meta data", "reading metadata", _none),
-        (r"load_tensors: loading model tensors", "loading weights", _none),
-        (r"load_tensors: .* model buffer size", "loading weights", _done),
-        (r"llama_context: constructing llama_context", "creating context", _none),
-        (r"llama_kv_cache: size =", "allocating KV cache", _none),
-        (r"sched_reserve: reserving", "reserving compute buffers", _none),
-        (r"warming up the model", "warming up", _none),
-        (r"srv +load_model: initializing, n_slots", "starting server", _none),
-        (r"server is listening|init: listening on|HTTP server listening", READY, _none),
-    )),
     ("vLLM", _rules(
-        (rf"Loading safetensors checkpoint shards:\s+\d+% Completed \| {X_OF_N}", "loading weights", _of),
-        (r"Loading weights took|Model loading took", "loading weights", _done),
-        (r"for vLLM's torch\.compile|Dynamo bytecode transform time|Compiling a graph for", "compiling", _none),
-        (r"torch\.compile took .* in total", "compiling", _done),
-        (r"Initial profiling/warmup run|Memory profiling takes", "profiling memory", _none),
-        (r"Available KV cache memory|# GPU blocks|GPU KV cache size", "allocating KV cache", _none),
-        (rf"Capturing CUDA graphs?[^:]*:\s+\d+%\|[^|]*\| {X_OF_N}", "capturing CUDA graphs", _of),
+        (SHARDS, "loading weights", _count),
+        (r"Starting to load model", "loading weights"),
+        (r"Loading (?:model )?weights took|Model loading took", "loading weights", _done),
+        ((r"for vLLM's torch\.compile|Dynamo bytecode transform time|Compiling a graph for"
+         r"|Directly load the compiled graph"), "compiling"),
+        (r"torch\.compile (?:takes|took) .* in total", "compiling", _done),
+        (r"Memory profiling (?:takes|results)|Initial profiling/warmup run", "profiling memory"),
+        (r"# (?:GPU|cuda) blocks:|GPU KV cache size|Available KV cache memory", "allocating KV cache"),
+        (rf"Capturing (?:\w+ )?CUDA graph(?: shapes|s)?[^:%]*:\s*{BAR}", "capturing CUDA graphs", _count),
+        (r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding", "capturing CUDA graphs"),
         (r"Graph capturing finished", "capturing CUDA graphs", _done),
+        ((r"init engine \(profile, create kv cache, warmup model\) took|Starting vLLM (?:API )?server"
+         r"|Started server process|Waiting for application startup"), "starting server"),
+        # uvicorn's words: vLLM serves once its app is up (newer uvicorn says "running" after).
+        (r"Application startup complete|Uvicorn running on", READY),
     )),
     ("SGLang", _rules(
-        (r"Load weight begin", "loading weights", _none),
-        (r"Load weight end", "loading weights", _done),
-        (r"KV Cache is allocated|Memory pool end", "allocating KV cache", _none),
-        (r"Capture cuda graph begin", "capturing CUDA graphs", _none),
-        (rf"Capturing batches \([^)]*\):\s+\d+%\|[^|]*\| {X_OF_N}", "capturing CUDA graphs", _of),
+        (r"Load weight begin|Beginning to load weights", "loading weights"),
+        (SHARDS, "loading weights", _count),
+        (r"Load weight end|Loading weights took", "loading weights", _done),
+        (r"KV Cache is allocated|Memory pool end", "allocating KV cache"),
+        (r"Capture cuda graph begin", "capturing CUDA graphs"),
+        (rf"Capturing batches[^:%]*:\s*{BAR}", "capturing CUDA graphs", _count),
+        # Older SGLang drew its capture bar with no label at all: "  0%|     | 0/13 [..]".
+        (rf"^\s*{BAR}", "capturing CUDA graphs", _count, "capturing CUDA graphs"),
         (r"Capture cuda graph end", "capturing CUDA graphs", _done),
-        (r"The server is fired up and ready to roll", READY, _none),
+        (r"Started server process|Waiting for application startup", "starting server"),
+        # SGLang's app is up before it is ready: it then sends itself a warm-up request.
+        (r"Application startup complete|Uvicorn running on", "warming up"),
+        (r"The server is fired up and ready to roll", READY),
     )),
-    # vLLM's and SGLang's HTTP front (uvicorn) says the same words for both.
-    ("uvicorn", _rules((r"Application startup complete", READY, _none),)),
+    ("llama.cpp", _rules(
+        (r"llama_model_loader: loaded meta data", "reading metadata"),
+        (r"\b(?:llm_)?load_tensors:", "loading weights"),
+        # The default progress callback prints a dot now and then and ends the line at 100%.
+        (r"^\s*\.{8,}\s*$", "loading weights", _done),
+        (r"llama_context: constructing llama_context|llama_init_from_model:|llama_new_context_with_model:",
+         "creating context"),
+        (r"\bllama_kv_cache(?:_init|_unified)?:", "allocating KV cache"),
+        (r"\bsched_reserve: reserving", "reserving compute buffers"),
+        (r"warming up the model", "warming up"),
+        # Some versions bind the port before loading anything: listening is not ready there.
+        (r"srv +load_model: initializing(?: slots|, n_slots)|HTTP server (?:is )?listening", "starting server"),
+        (r"server is listening on|srv +init: listening on|(?:main|init): model loaded|all slots are idle", READY),
+    )),
 )
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ENGINE_NAMES = tuple(engine for engine, _ in ENGINES)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 def clean(line: str) -> str:
-    """The text a rule reads: the last of tqdm's redraws, without colours."""
-    return _ANSI.sub("", line.rstrip("\r").rsplit("\r", 1)[-1])
+    """The text a rule reads: the last of tqdm's redraws, without colours or line ends."""
+    redraws = [_ANSI.sub("", part) for part in line.rstrip("\r\n").split("\r")]
+    return next((part for part in reversed(redraws) if part.strip()), "")
 
 
-def match(line: str) -> Stage | None:
-    """The stage one line of output says, if any rule knows it."""
+def match(line: str, prefer: str | None = None, current: str | None = None) -> Stage | None:
+    """The stage one line of output says, if any rule knows it.
+
+    `prefer`: the engine already recognised, whose table is tried first (vLLM and SGLang share
+    the shard loader's and uvicorn's words). `current`: the stage the server is in, for rules
+    that only mean something within it.
+    """
     text = clean(line)
-    for engine, rules in ENGINES:
+    tables = sorted(ENGINES, key=lambda entry: entry[0] != prefer)
+    for engine, rules in tables:
         for rule in rules:
-            found = rule.pattern.search(text)
-            if found:
+            if rule.within is not None and rule.within != current:
+                continue
+            # The last match: a pasted log can hold several redraws on one line.
+            found = None
+            for found in rule.pattern.finditer(text):
+                pass
+            if found is not None:
                 fraction = rule.fraction(found)
                 if fraction is not None:
                     fraction = min(1.0, max(0.0, fraction))
@@ -125,14 +167,20 @@ class StartupReader:
 
     def feed(self, line: str) -> Stage | None:
         """The new stage when this line moves the stage or its fraction, else None."""
-        stage = match(line)
+        current = self._stage
+        if current is not None and current.name == READY:
+            return None  # ready is the end: later lines are the server at work
+        stage = match(line, current.engine if current else None, current.name if current else None)
         if stage is None:
             return None
-        current = self._stage
         if current is not None and stage.name == current.name:
             # Within a stage a fraction only grows; a line without one keeps the last.
             if stage.fraction is None or (current.fraction is not None and stage.fraction <= current.fraction):
                 return None
+        elif stage.name in self._seen and (stage.fraction is None or stage.fraction >= 1.0):
+            # Back to an earlier stage only when it counts anew (another worker's shard bar from
+            # 0/N); one rank's late "Load weight end" after another's KV cache is no move.
+            return None
         self._stage = stage
         if stage.name not in self._seen:
             self._seen.append(stage.name)
@@ -140,8 +188,10 @@ class StartupReader:
 
     @property
     def stage(self) -> Stage | None:
+        """The latest stage, or None before the engine said anything these rules know."""
         return self._stage
 
     @property
     def stages_seen(self) -> tuple[str, ...]:
+        """Stage names in the order first seen."""
         return tuple(self._seen)
