@@ -134,10 +134,6 @@ class Estimate:
             return sum(d.total for d in self.devices)
         return sum(d.terms()[term] for d in self.devices)
 
-    @property
-    def gpus(self) -> tuple[DeviceNeed, ...]:
-        return tuple(d for d in self.devices if d.device != CPU)
-
 
 def context_cells(facts: ModelFacts, settings: LoadSettings) -> tuple[int, int, int]:
     """(n_ctx, n_ctx_seq, streams) as llama_context sizes them."""
@@ -185,7 +181,6 @@ def estimate(facts: ModelFacts, settings: LoadSettings = LoadSettings(), gpus: S
             per_token += k_row + v_row
 
     compute = _compute(facts, settings, layer_device, names, n_ctx_seq, swa_cells, streams, ubatch, flash)
-    output_device = layer_device[facts.n_layer]
     outputs = dict.fromkeys(names, 0)
     outputs[CPU] = 4 * facts.n_vocab * slots  # the host copy the logits are read from
 
@@ -197,7 +192,6 @@ def estimate(facts: ModelFacts, settings: LoadSettings = LoadSettings(), gpus: S
     if gpus:
         notes.append("GPU figures follow llama.cpp's placement rules; their compute buffers are "
                      "measured on the CPU backend only (docs/memory.md)")
-    del output_device
     return Estimate(facts, settings, devices, n_ctx, n_ctx_seq, per_token, flash, tuple(notes))
 
 

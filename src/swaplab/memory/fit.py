@@ -100,20 +100,16 @@ def hf_rank_need(facts: ModelFacts, ctx: int, cache_bytes: float = 2.0, tensor_p
     ranks (replicated where there are fewer KV heads than ranks; MLA's latent on every rank)."""
     ranks = max(1, tensor_parallel)
     per_token = 0.0
+    window = 0.0
     for layer in range(facts.n_layer):
         if facts.mla:
             per_token += (facts.kv_lora_rank + facts.rope_dim) * cache_bytes
             continue
         heads = max(1, -(-facts.n_head_kv[layer] // ranks))
         width = heads * (facts.head_dim_k + facts.head_dim_v) * cache_bytes
-        if facts.is_swa(layer):
-            per_token += 0  # a window's cells do not grow with the context
+        if facts.is_swa(layer):  # a window's cells do not grow with the context
+            window += width * min(ctx, facts.sliding_window)
         else:
             per_token += width
-    window = sum(
-        max(1, -(-facts.n_head_kv[layer] // ranks)) * (facts.head_dim_k + facts.head_dim_v) * cache_bytes
-        * min(ctx, facts.sliding_window)
-        for layer in range(facts.n_layer) if facts.is_swa(layer) and not facts.mla
-    )
     kv = int(per_token * pad(ctx, 16) + window)
     return RankNeed(facts.weights_bytes // ranks, per_token, kv, ranks)
