@@ -83,6 +83,8 @@ STOP_RELOAD = "its config entry changed"
 STOP_UNLOAD = "unloaded"
 STOP_SHUTDOWN = "the router is shutting down"
 STOP_TTL = "idle for its ttl"
+FOREVER = None
+"""An idle limit that never runs out: `ttl: 0`, or a request's negative `keep_alive`."""
 STOP_HOST_MEMORY = "the host memory budget needs its RAM for a newer sleeper"
 
 
@@ -131,6 +133,11 @@ class Fleet:
         self._retiring = False
         """A reload left servers of changed or removed entries that must stop once idle."""
         self._ttl_timers: dict[str, asyncio.TimerHandle] = {}
+        self._expires_at: dict[str, float] = {}
+        """When each armed idle timer fires (wall clock), for Ollama's `/api/ps`."""
+        self._keep_alive: dict[str, float] = {}
+        """A request's own idle limit (Ollama's `keep_alive`, seconds; negative: forever), set by the
+        last request to end that gave one, in force over the model's `ttl` until a request without one ends."""
         self._schedule_pending = False
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
@@ -272,7 +279,9 @@ class Fleet:
         self.release(lease, succeeded=False)
         return await self.acquire(lease.backend.id)
 
-    def release(self, lease: Lease, *, succeeded: bool) -> None:
+    def release(self, lease: Lease, *, succeeded: bool, keep_alive: float | None = None) -> None:
+        """The request holding `lease` ended. `keep_alive` (Ollama's, in seconds) is its own idle limit:
+        0 stops the model once idle, a negative one keeps it loaded; None leaves the model's `ttl`."""
         if lease.released:
             return
         lease.released = True
@@ -284,30 +293,72 @@ class Fleet:
         backend = lease.backend
         if succeeded and backend.run is lease.run and backend.state is State.READY:
             backend.note_success()
-        if not self._in_flight[model_id] and self._backends.get(model_id) is backend and backend.model.ttl > 0:
-            self._arm_ttl(backend)
+        if keep_alive is not None:
+            self._keep_alive[model_id] = keep_alive
+        elif self._keep_alive:
+            self._keep_alive.pop(model_id, None)
+        if not self._in_flight[model_id] and self._backends.get(model_id) is backend:
+            if backend.model.ttl > 0 or self._keep_alive:
+                self._arm_idle_limit(backend)
         self._schedule()
+
+    def keep_alive(self, model_id: str, seconds: float) -> None:
+        """A request's `keep_alive` for a model it only loaded (Ollama's empty prompt): in force as if it had
+        ended a request, idle timer included."""
+        self._keep_alive[model_id] = seconds
+        backend = self._backends.get(model_id)
+        if backend is not None and not self._in_flight[model_id] and backend.state is State.READY:
+            self._arm_idle_limit(backend)
+
+    def idle_limit(self, model_id: str) -> float | None:
+        """Seconds the model stays loaded once idle: its last request's `keep_alive`, else its `ttl`; None: forever."""
+        seconds = self._keep_alive.get(model_id)
+        if seconds is None:
+            ttl = self.config.models[model_id].ttl if model_id in self.config.models else 0
+            return float(ttl) if ttl > 0 else FOREVER
+        return seconds if seconds >= 0 else FOREVER
+
+    def expires_at(self, model_id: str) -> float | None:
+        """When (wall clock) an idle model's timer unloads it; for a busy one, its limit from now; None: never."""
+        if self._in_flight[model_id] or model_id not in self._expires_at:
+            limit = self.idle_limit(model_id)
+            return None if limit is None else time.time() + limit
+        return self._expires_at[model_id]
+
+    def _arm_idle_limit(self, backend: Backend) -> None:
+        limit = self.idle_limit(backend.id)
+        if limit is None:
+            previous = self._ttl_timers.pop(backend.id, None)
+            if previous is not None:
+                previous.cancel()
+            self._expires_at.pop(backend.id, None)
+        else:
+            self._arm_ttl(backend, limit)
 
     def _grant(self, backend: Backend) -> Lease:
         assert backend.run is not None and backend.state is State.READY
         self._in_flight[backend.id] += 1
         return Lease(backend, backend.run)
 
-    def _arm_ttl(self, backend: Backend) -> None:
-        """`ttl`: unload the model that many seconds after its last request ended."""
+    def _arm_ttl(self, backend: Backend, seconds: float) -> None:
+        """`ttl` (or a request's `keep_alive`): unload the model `seconds` after its last request ended."""
         previous = self._ttl_timers.pop(backend.id, None)
         if previous is not None:
             previous.cancel()
+        self._expires_at[backend.id] = time.time() + seconds
         self._ttl_timers[backend.id] = asyncio.get_running_loop().call_later(
-            backend.model.ttl, self._ttl_expired, backend
+            seconds, self._ttl_expired, backend, seconds
         )
 
-    def _ttl_expired(self, backend: Backend) -> None:
+    def _ttl_expired(self, backend: Backend, seconds: float) -> None:
         self._ttl_timers.pop(backend.id, None)
+        self._expires_at.pop(backend.id, None)
         idle = not self._in_flight[backend.id] and not any(w.model == backend.id for w in self._waiting)
         # The same server it was armed for, still ready (or asleep) and untouched since.
         if idle and self._backends.get(backend.id) is backend and backend.state in (State.READY, State.SLEEPING):
-            log.info("%s unloaded: idle for its ttl of %d s", backend.id, backend.model.ttl)
+            limit = "keep_alive" if backend.id in self._keep_alive else "ttl"
+            log.info("%s unloaded: idle for its %s of %g s", backend.id, limit, seconds)
+            self._keep_alive.pop(backend.id, None)  # the next start begins with the model's own ttl
             backend.stop(STOP_TTL)
 
     def in_flight(self, model_id: str) -> int:

@@ -114,17 +114,22 @@ class ModelFacts:
 
 def read_gguf(path: str | Path) -> ModelFacts:
     """The facts in a GGUF file's header (its metadata and tensor table; no weight is read)."""
+    metadata, n_tokens, tensors = read_gguf_header(path)
+    return facts_from_gguf_metadata(metadata, tensors, source=str(path), n_tokens=n_tokens)
+
+
+def read_gguf_header(path: str | Path) -> tuple[dict[str, Any], int, list[TensorInfo]]:
+    """A GGUF file's metadata (the tokenizer's long arrays left out), its vocabulary size and its tensors."""
     path = Path(path)
     try:
         with path.open("rb") as file:
-            metadata, n_tokens, tensors = _read_header(file, str(path))
+            return _read_header(file, str(path))
     except FileNotFoundError:
         raise ModelFactsError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ModelFactsError(f"{path}: a folder, not a GGUF file") from None
     except OSError as error:
         raise ModelFactsError(f"{path}: cannot read it ({error.strerror or error})") from None
-    return facts_from_gguf_metadata(metadata, tensors, source=str(path), n_tokens=n_tokens)
 
 
 # gguf's GGUFReader builds a numpy view per element of every array: 8 s for Gemma 3's

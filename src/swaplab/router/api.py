@@ -76,9 +76,15 @@ def log_kind(line: LogLine) -> str:
     return "proxy" if line.source == ROUTER_SOURCE else "upstream"
 
 
+OLLAMA_API_VERSION = "0.33.0"
+"""The Ollama release whose API (its docs/api.md) the Ollama routes follow (`router.ollama`)."""
+
+
 @functools.cache
 def version() -> dict[str, str]:
-    """`GET /api/version`: swaplab's version, and the commit and its date when run from a git checkout."""
+    """`GET /api/version`, the one path llama-swap's API and Ollama's share: llama-swap's fields (swaplab's
+    version, and the commit and its date when run from a git checkout; Ollama's clients read `version` too),
+    then which server and APIs answer here."""
     try:
         number = metadata.version("swaplab")
     except metadata.PackageNotFoundError:
@@ -93,7 +99,10 @@ def version() -> dict[str, str]:
             commit, date = done.stdout.split()
     except (OSError, subprocess.SubprocessError, ValueError):
         pass
-    return {"version": number, "commit": commit, "build_date": date}
+    return {
+        "version": number, "commit": commit, "build_date": date, "server": "swaplab",
+        "apis": "openai anthropic ollama llama-swap", "ollama_version": OLLAMA_API_VERSION,
+    }
 
 
 class LlamaSwapApi:

@@ -42,6 +42,7 @@ from swaplab.router.inflight import InFlight
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.listing import model_records, peer_record, render_capabilities, status_of
 from swaplab.router.observe import RequestObservation
+from swaplab.router.ollama.handlers import OllamaApi
 from swaplab.router.peers import PeerWatch
 from swaplab.router.policy import is_loopback_listen
 from swaplab.router.performance import BAD_AFTER, DISABLED, parse_after, report
@@ -82,6 +83,7 @@ class Router:
         self.activity = ActivityWriter(db, on_drop=self.metrics.records_dropped, on_written=self._written)
         self.fleet = Fleet(config, state_dir=state_dir, logs=self.logs, metrics=self.metrics)
         self.api = LlamaSwapApi(self)
+        self.ollama = OllamaApi(self)
         self.fleet.listeners.append(self.api.publish_model_status)
         self.pools = UpstreamPools()
         self.peers = PeerWatch(
@@ -136,6 +138,7 @@ class Router:
         app.router.add_get("/api/captures/{id}", self.handle_capture)
         app.router.add_get("/api/performance", self.handle_performance)
         self.api.add_routes(app)
+        self.ollama.add_routes(app)
         add_ui_routes(app)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
@@ -264,17 +267,18 @@ class Router:
 
     async def handle_models(self, request: web.Request) -> web.Response:
         """OpenAI's model list (`listing`): local models, aliases, selectors, the active profile's pins, peers' models."""
-        return web.json_response({"object": "list", "data": self._model_list()})
+        return web.json_response({"object": "list", "data": self.model_list()})
 
     async def handle_model(self, request: web.Request) -> web.Response:
         """OpenAI's `GET /v1/models/{id}`: the record the list has under that id, else a 404."""
         model_id = request.match_info["id"]
-        for entry in self._model_list():
+        for entry in self.model_list():
             if entry["id"] == model_id:
                 return web.json_response(entry)
         return error_response(404, f"model {model_id!r} not found; GET /v1/models lists the models", "model_not_found")
 
-    def _model_list(self) -> list[dict[str, Any]]:
+    def model_list(self) -> list[dict[str, Any]]:
+        """`GET /v1/models`'s records (Ollama's `/api/tags` lists the same models)."""
         config = self.config
         created = int(self.started)
         data = model_records(config, self.fleet.state_of, created, self.profiles.pins(config))

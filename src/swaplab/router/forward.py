@@ -51,8 +51,10 @@ from swaplab.router.proxy import (
     forward_headers,
     open_upstream,
     relay,
+    relay_reshaped,
 )
 from swaplab.router.recovery import Failure, explain_break, recover
+from swaplab.router.reshape import RESHAPE, Reshape
 from swaplab.router.responses import error_response, llama_swap_error, unknown_model
 from swaplab.router.selectors import Choice, NoTarget, Selectors
 from swaplab.router.targets import (
@@ -122,13 +124,24 @@ class Forwarder:
         name = name or request.query.get("model")
         if not name:
             return error_response(400, "the request names no model (JSON `model`, form field `model` or ?model=)")
-        if self.profiles.active is not None or self.config.selectors:
-            return await self._forward_routed(request, name, in_query, body, document)
         path = upstream_path(request.path, request.rel_url.raw_query_string)
+        if self.profiles.active is not None or self.config.selectors:
+            return await self._forward_routed(request, name, in_query, body, document, path)
+        return await self._forward(request, name, path, body, document)
+
+    async def forward_reshaped(
+        self, request: web.Request, reshape: Reshape, name: str, path: str, document: dict
+    ) -> web.StreamResponse:
+        """A request another API's route translated (`router.ollama`): `document` goes to the model's
+        `path` (an OpenAI route), and `reshape` gives the client the reply in its route's shape."""
+        request[RESHAPE] = reshape
+        body = filters.encode(document)
+        if self.profiles.active is not None or self.config.selectors:
+            return await self._forward_routed(request, name, False, body, document, path)
         return await self._forward(request, name, path, body, document)
 
     async def _forward_routed(
-        self, request: web.Request, name: str, in_query: bool, body: bytes, document: dict | None
+        self, request: web.Request, name: str, in_query: bool, body: bytes, document: dict | None, path: str
     ) -> web.StreamResponse:
         """llama-swap's order: the active profile's pin replaces the name, then a selector picks its target.
 
@@ -155,7 +168,6 @@ class Forwarder:
             log.debug("selector: id=%s target=%s", name, choice.target)
             request[SELECTOR] = selector.id
             name = choice.target
-        path = upstream_path(request.path, request.rel_url.raw_query_string)
         if name != requested:
             if in_query:
                 path = upstream_path(request.path, request.rel_url.update_query(model=name).raw_query_string)
@@ -243,13 +255,10 @@ class Forwarder:
     async def _forward_to_model(
         self, request: web.Request, model_id: str, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
-        observation = self._observe(request, model_id, path, name)
+        reshape = request.get(RESHAPE)
+        observation = self._observe(request, model_id, path if reshape is None else reshape.path, name)
         model = self.config.models[model_id]
-        dialect = stream_dialect(path, document)
-        keepalive = None
-        if dialect is not None:
-            keepalive = KeepAlive(request, dialect, model.heartbeat_interval, self._keepalive_clock)
-            keepalive.arm()
+        keepalive = self._keepalive(request, path, document, model.heartbeat_interval, reshape)
         lease: Lease | None = None
         try:
             try:
@@ -258,7 +267,10 @@ class Forwarder:
                 lease = self.fleet.admit_now(model_id)
                 if lease is None:
                     loading = keepalive is not None and wants_loading_state(model, path, document)
-                    lease = await self._acquire(model_id, keepalive, loading)
+                    began = time.perf_counter()
+                    lease = await self._acquire(model_id, keepalive, loading, reshape)
+                    if reshape is not None:
+                        reshape.load_seconds = time.perf_counter() - began
             except SwaplabError as error:
                 return await _failed(observation, *_refusal(error), keepalive)
             except asyncio.CancelledError:
@@ -305,18 +317,45 @@ class Forwarder:
                         )
                     lease = recovered
                     continue
-                response, lease.completed = await relay(
-                    request, upstream, observation, keepalive, explain_break=lambda: explain_break(lease)
-                )
+                if reshape is None:
+                    response, lease.completed = await relay(
+                        request, upstream, observation, keepalive, explain_break=lambda: explain_break(lease)
+                    )
+                else:
+                    response, lease.completed = await relay_reshaped(
+                        request, upstream, reshape, observation, keepalive, explain_break=lambda: explain_break(lease)
+                    )
                 return response
             raise AssertionError("unreachable")
         finally:
             if lease is not None:
-                self.fleet.release(lease, succeeded=lease.completed)
+                keep_alive = reshape.keep_alive if reshape is not None else None
+                self.fleet.release(lease, succeeded=lease.completed, keep_alive=keep_alive)
             if keepalive is not None and not keepalive.quiet():
                 await keepalive.stop()
 
-    async def _acquire(self, model_id: str, keepalive: KeepAlive | None, loading: bool) -> Lease:
+    def _keepalive(
+        self, request: web.Request, path: str, document: dict | None, interval: float, reshape: Reshape | None
+    ) -> KeepAlive | None:
+        """The heartbeat of a streaming request, armed; None for any other."""
+        if reshape is not None:
+            if not reshape.streaming:
+                return None
+            keepalive = KeepAlive(
+                request, reshape.dialect, interval, self._keepalive_clock, reshape.heartbeat,
+                {"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"},
+            )
+        else:
+            dialect = stream_dialect(path, document)
+            if dialect is None:
+                return None
+            keepalive = KeepAlive(request, dialect, interval, self._keepalive_clock)
+        keepalive.arm()
+        return keepalive
+
+    async def _acquire(
+        self, model_id: str, keepalive: KeepAlive | None, loading: bool, reshape: Reshape | None = None
+    ) -> Lease:
         """Admission through the fleet; with `sendLoadingState`, loading progress streams meanwhile."""
         if not loading or self.fleet.state_of(model_id) is State.READY:
             return await self.fleet.acquire(model_id)
@@ -327,7 +366,7 @@ class Forwarder:
             entry = next((e for e in self.fleet.status() if e["model"] == model_id), {})
             text = progress_text(model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting"),
                                  entry.get("phase", ""), entry.get("progress"))
-            return loading_event(model_id, text)
+            return loading_event(model_id, text) if reshape is None else reshape.loading(text)
 
         keepalive.show_progress(progress, LOADING_INTERVAL)
         try:
@@ -339,7 +378,8 @@ class Forwarder:
         self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         peer = target.peer
-        observation = self._observe(request, target.model, path, name, peer.id)
+        reshape = request.get(RESHAPE)
+        observation = self._observe(request, target.model, path if reshape is None else reshape.path, name, peer.id)
         health = self.peers.health(peer.id, target.model)
         if not health.available:
             return await _failed(
@@ -352,11 +392,7 @@ class Forwarder:
             except UnreadableBody as error:
                 return await _failed(observation, error.status, str(error), "invalid_request_error")
         observation.sending(body)
-        dialect = stream_dialect(path, document)
-        keepalive = None
-        if dialect is not None:
-            keepalive = KeepAlive(request, dialect, self.config.heartbeat_interval, self._keepalive_clock)
-            keepalive.arm()
+        keepalive = self._keepalive(request, path, document, self.config.heartbeat_interval, reshape)
 
         async def explain() -> str:
             return f"peer {peer.id!r} broke off mid-response"
@@ -375,7 +411,10 @@ class Forwarder:
                 return await _failed(
                     observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
                 )
-            response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
+            if reshape is None:
+                response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
+            else:
+                response, _ = await relay_reshaped(request, upstream, reshape, observation, keepalive, explain)
             return response
         finally:
             if keepalive is not None and not keepalive.quiet():

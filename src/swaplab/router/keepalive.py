@@ -28,6 +28,7 @@ class Dialect(enum.Enum):
     OPENAI = "openai"  # chat/completions, completions, llama.cpp's /completion: `data:` lines
     RESPONSES = "responses"  # /v1/responses: typed `event:` lines
     ANTHROPIC = "anthropic"  # /v1/messages: typed `event:` lines, `ping` for keep-alive
+    OLLAMA = "ollama"  # Ollama's /api/chat, /api/generate: a JSON object per line; its `Reply` frames heartbeats
 
 
 _DIALECTS = {
@@ -70,6 +71,8 @@ def error_event(message: str, dialect: Dialect = Dialect.OPENAI, status: int = 5
     if dialect is Dialect.RESPONSES:
         payload = {"type": "error", "code": str(status), "message": message, "param": None}
         return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    if dialect is Dialect.OLLAMA:  # its clients raise a line with `error` as their ResponseError
+        return json.dumps({"error": message}).encode() + b"\n"
     payload = {"error": {"message": message, "type": "upstream_error", "code": status}}
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
@@ -128,11 +131,18 @@ class KeepAlive:
 
     __slots__ = (
         "dialect", "response", "due", "beats", "_request", "_clock", "_interval", "_every", "_producer", "_task",
-        "_writing", "_stopped", "_held",
+        "_writing", "_stopped", "_held", "_heartbeat", "_headers",
     )
 
-    def __init__(self, request: web.Request, dialect: Dialect, interval: float, clock: KeepAliveClock):
+    def __init__(
+        self, request: web.Request, dialect: Dialect, interval: float, clock: KeepAliveClock,
+        heartbeat: Callable[[], bytes] | None = None, headers: dict[str, str] | None = None,
+    ):
+        """`heartbeat` and `headers` frame a dialect without fixed heartbeats (Ollama's: an empty chunk
+        of its own reply, under its own content type)."""
         self.dialect = dialect
+        self._heartbeat = heartbeat
+        self._headers = headers or EVENT_STREAM_HEADERS
         self.response: web.StreamResponse | None = None
         """The response once committed (by a heartbeat, or adopted from the relay)."""
         self.due = 0.0
@@ -219,10 +229,13 @@ class KeepAlive:
             self._writing = True
             try:
                 if self.response is None:
-                    response = web.StreamResponse(headers=EVENT_STREAM_HEADERS)
+                    response = web.StreamResponse(headers=self._headers)
                     await response.prepare(self._request)
                     self.response = response
-                payload = self._producer() if self._producer is not None else _HEARTBEATS[self.dialect]
+                if self._producer is not None:
+                    payload = self._producer()
+                else:
+                    payload = self._heartbeat() if self._heartbeat is not None else _HEARTBEATS[self.dialect]
                 await self.response.write(payload)
                 self.beats += 1
             finally:

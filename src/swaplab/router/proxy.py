@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from swaplab.config.model import Timeouts
 from swaplab.router.keepalive import KeepAlive, dialect_of, error_event
 from swaplab.router.observe import RequestObservation
+from swaplab.router.reshape import Reshape
 
 log = logging.getLogger("swaplab.router")
 
@@ -301,6 +302,117 @@ async def relay(
             upstream.close()  # drop the connection: the upstream sees its client go away
         if observation is not None:
             observation.response = response  # what the client got, for a capture
+            observation.end(completed=completed, disconnected=disconnected, error=failure)
+
+
+# An upstream's error answer is read this far for its message.
+ERROR_BODY_BYTES = 64 * 1024
+
+
+async def relay_reshaped(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    reshape: Reshape,
+    observation: RequestObservation | None = None,
+    keepalive: KeepAlive | None = None,
+    explain_break: Callable[[], Awaitable[str]] | None = None,
+) -> tuple[web.StreamResponse, bool]:
+    """`relay`, with the client's reply in another API's shape (`reshape`), e.g. Ollama's over OpenAI's.
+
+    The observation sees the upstream's own bytes. A streamed reply is committed once the
+    upstream's answer is known to be one to reshape (or by a heartbeat before that); a
+    non-streamed one is answered whole at the end, so an upstream that breaks off, or answers
+    an error, still gets its status to the client.
+    """
+    content_type = upstream.content_type
+    if observation is not None:
+        observation.on_headers(upstream.status, content_type)
+    completed = disconnected = False
+    failure = None
+    response: web.StreamResponse | None = keepalive.response if keepalive is not None else None
+    try:
+        if not reshape.accepts(upstream.status, content_type):
+            if keepalive is not None and not keepalive.quiet():
+                await keepalive.stop()
+            response = keepalive.response if keepalive is not None else None
+            answer = await upstream.content.read(ERROR_BODY_BYTES)
+            if observation is not None:
+                observation.on_chunk(answer)
+            failure = f"the backend answered HTTP {upstream.status}: {_error_text(answer)}"
+            if response is None:
+                status = upstream.status if upstream.status >= 400 else 502
+                response = reshape.error_response(status, _error_text(answer) if upstream.status >= 400 else failure)
+                await response.prepare(request)
+                await response.write_eof()
+                return response, False
+            event = reshape.error(failure)
+            if observation is not None:
+                observation.wrote(event)
+            await response.write(event)
+            await response.write_eof()
+            return response, False
+        if observation is not None:
+            observation.upstream = upstream  # what a cancel closes
+        content = upstream.content
+        try:
+            chunk = await content.readany()
+            if keepalive is not None and not keepalive.quiet():
+                await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
+            response = keepalive.response if keepalive is not None else None
+            if response is None and reshape.streaming:
+                response = web.StreamResponse(headers={"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"})
+                await response.prepare(request)
+            if observation is not None:
+                observation.response = response
+            while chunk:
+                if observation is not None:
+                    observation.on_chunk(chunk)
+                out = reshape.feed(chunk)
+                if out and response is not None:
+                    await response.write(out)  # awaits the client's socket: backpressure
+                chunk = await content.readany()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+            if observation is None or not observation.cancelled:
+                log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
+            if keepalive is not None:
+                await keepalive.stop()
+                response = response or keepalive.response
+            if observation is not None and observation.cancelled:
+                failure = observation.cancelled
+            elif explain_break is not None:
+                failure = await explain_break()
+            else:
+                failure = "the upstream broke off mid-response"
+            if response is None:
+                response = reshape.error_response(502, failure)
+                await response.prepare(request)
+                await response.write_eof()
+                return response, False
+            event = reshape.error(failure)
+            if observation is not None:
+                observation.wrote(event)
+            await response.write(event)
+            await response.write_eof()
+            return response, False
+        tail = reshape.finish()
+        if response is None:
+            response = web.Response(body=tail, headers={"Content-Type": reshape.content_type})
+            await response.prepare(request)
+        elif tail:
+            await response.write(tail)
+        await response.write_eof()
+        completed = True
+        return response, True
+    except (asyncio.CancelledError, ConnectionResetError):
+        disconnected = True
+        raise
+    finally:
+        if completed:
+            upstream.release()
+        else:
+            upstream.close()
+        if observation is not None:
+            observation.response = response
             observation.end(completed=completed, disconnected=disconnected, error=failure)
 
 

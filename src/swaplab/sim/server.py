@@ -129,6 +129,7 @@ class Sim:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_get("/sim/last-request", self._last)
         app.router.add_get("/sim/ws", self._websocket)
@@ -310,6 +311,32 @@ class Sim:
         tokens = [zlib.crc32(word.encode()) & 0x7FFF for word in content.split()]
         return web.json_response({"tokens": tokens})
 
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """OpenAI's embeddings: a unit vector per input, the same for the same text (`dimensions`, else 8)."""
+        if not self.is_ready():
+            return _openai_error(503, self._loading_message())
+        try:
+            body = await json_body(request)
+        except BadRequest as bad:
+            return _openai_error(400, str(bad))
+        self._last_request = {"path": request.path_qs, "content_type": request.headers.get("Content-Type", ""),
+                              "body": body}
+        inputs = body.get("input") if isinstance(body, dict) else None
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(text, str) for text in inputs):
+            return _openai_error(400, "'input' must be a string or a non-empty list of strings")
+        dimensions = body.get("dimensions", 8)
+        if not isinstance(dimensions, int) or isinstance(dimensions, bool) or not 0 < dimensions <= 4096:
+            return _openai_error(400, "'dimensions' must be a whole number from 1 to 4096")
+        data = [{"object": "embedding", "index": index, "embedding": _unit_vector(text, dimensions)}
+                for index, text in enumerate(inputs)]
+        words = sum(len(prompt_words(text)) for text in inputs)
+        return web.json_response({
+            "object": "list", "model": body.get("model") or self.settings.model, "data": data,
+            "usage": {"prompt_tokens": words, "total_tokens": words},
+        })
+
     async def _count_tokens(self, request: web.Request) -> web.Response:
         if not self.is_ready():
             return _anthropic_error(503, self._loading_message())
@@ -414,3 +441,10 @@ async def _serve(settings: SimSettings) -> int:
     finally:
         await runner.cleanup()
     return 0
+
+
+def _unit_vector(text: str, dimensions: int) -> list[float]:
+    """A deterministic unit vector for `text`: crc32 of the text and each position, scaled to length 1."""
+    values = [(zlib.crc32(f"{index}:{text}".encode()) / 0xFFFFFFFF) * 2 - 1 for index in range(dimensions)]
+    norm = sum(value * value for value in values) ** 0.5 or 1.0
+    return [round(value / norm, 6) for value in values]
