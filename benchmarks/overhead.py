@@ -5,6 +5,10 @@
   swaplab      `swaplab serve` with the upstreams as its models
   litellm      the LiteLLM proxy, when it is installed (optional)
 
+The `ollama` measure puts Ollama's `/api/chat` on swaplab beside its OpenAI route on the same
+upstream (direct is OpenAI's route on the sim itself): what the translation adds per request,
+in time and in the router's CPU.
+
 Upstreams: `swaplab sim` unpaced (pure overhead), `swaplab sim` paced at 50 tok/s per
 stream, and llama.cpp's server with SmolLM2 (the real default). Paths are interleaved
 request by request, or round by round, so drift on a shared machine hits them all alike.
@@ -39,7 +43,7 @@ from burst import Burst, chat_request  # benchmarks/burst.py, beside this script
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
-MEASURES = ("c1", "steady", "disconnect", "burst", "llamacpp", "rss")
+MEASURES = ("c1", "steady", "disconnect", "burst", "llamacpp", "ollama", "rss")
 
 
 def free_port() -> int:
@@ -134,6 +138,61 @@ async def ttfb_c1(paths: dict[str, str], model: str, stream: bool, n: int, max_t
         for session in sessions.values():
             await session.close()
     return samples
+
+
+async def ollama_request(session: aiohttp.ClientSession, base: str, body: dict) -> tuple[float, float, int]:
+    """(time to first body byte, time to the end, lines) of one Ollama `/api/chat` request."""
+    sent = time.perf_counter()
+    first = None
+    lines = 0
+    async with session.post(f"{base}/api/chat", json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"{base}: HTTP {response.status}: {await response.text()}")
+        async for chunk in response.content.iter_any():
+            if first is None:
+                first = time.perf_counter()
+            lines += chunk.count(b"\n")
+    return first - sent, time.perf_counter() - sent, lines
+
+
+async def ollama_beside_openai(
+    direct: str, swaplab: str, model: str, stream: bool, rounds: int, block: int, max_tokens: int,
+    router: psutil.Process,
+) -> dict[str, dict[str, list[float]]]:
+    """Blocks of sequential requests per route, the routes' order shuffled each round: time to first
+    byte and to the end of each request, and the router's CPU time per request of each block."""
+    openai_body = chat_body(model, stream, max_tokens)
+    ollama_body = {"model": model, "messages": openai_body["messages"], "stream": stream,
+                   "options": {"num_predict": max_tokens, "temperature": 0}}
+    routes = {
+        "direct": lambda session: one_request(session, direct, openai_body),
+        "openai": lambda session: one_request(session, swaplab, openai_body),
+        "ollama": lambda session: ollama_request(session, swaplab, ollama_body),
+    }
+    results = {name: {"ttfb": [], "total": [], "cpu_per_request": []} for name in routes}
+    sessions = {name: aiohttp.ClientSession() for name in routes}
+
+    def cpu() -> float:
+        times = router.cpu_times()
+        return times.user + times.system
+
+    try:
+        for name, send in routes.items():  # warm every route's connection
+            await send(sessions[name])
+        for _ in range(rounds):
+            order = list(routes)
+            random.shuffle(order)
+            for name in order:
+                before = cpu()
+                for _ in range(block):
+                    ttfb, total, _ = await routes[name](sessions[name])
+                    results[name]["ttfb"].append(ttfb)
+                    results[name]["total"].append(total)
+                results[name]["cpu_per_request"].append((cpu() - before) / block)
+    finally:
+        for session in sessions.values():
+            await session.close()
+    return results
 
 
 def added_p50(samples: dict[str, list[float]], path: str) -> float:
@@ -538,6 +597,33 @@ async def main() -> int:
                 rows.append((f"llama.cpp: added TTFB c=1 {kind}, swaplab / passthrough", ratio(max(sw, 0), max(pt, 0)), "", None))
                 rows.append((f"llama.cpp: TTFB c=1 {kind}, swaplab / direct",
                              statistics.median(samples["swaplab"]) / statistics.median(samples["direct"]), "", None))
+
+        if "ollama" in wanted:
+            ollama_rounds, block = (6, 20) if args.quick else (20, 40)
+            for stream in (False, True):
+                kind = "streaming" if stream else "non-streaming"
+                print(f"Ollama's /api/chat beside /v1/chat/completions, c=1 {kind}, sim unpaced: "
+                      f"{ollama_rounds} rounds of {block} requests per route ...", flush=True)
+                results = await ollama_beside_openai(
+                    f"http://127.0.0.1:{fast}", swaplab, "fast", stream, ollama_rounds, block, 16,
+                    psutil.Process(router.pid),
+                )
+                report["raw"][f"ollama_c1_{kind}"] = results
+                # Non-streaming: the whole answer is the first byte; streaming: the first line.
+                measure = "ttfb" if stream else "total"
+                direct_p50 = statistics.median(results["direct"][measure])
+                added = {route: statistics.median(results[route][measure]) - direct_p50 for route in ("openai", "ollama")}
+                cpu_us = {route: statistics.median(results[route]["cpu_per_request"]) * 1e6 for route in ("openai", "ollama")}
+                report[f"ollama_c1_{kind}"] = {"added_ms": {r: v * 1e3 for r, v in added.items()},
+                                               "router_cpu_us_per_request": cpu_us}
+                what = "time to first byte" if stream else "time to the whole answer"
+                rows.append((f"Ollama c=1 {kind}: added {what}, /api/chat / /v1/chat/completions",
+                             ratio(max(added["ollama"], 0), max(added["openai"], 0)), "", None))
+                rows.append((f"  same, added ms: /v1/chat/completions {added['openai'] * 1e3:.2f}, "
+                             f"/api/chat {added['ollama'] * 1e3:.2f}", added["ollama"] * 1e3, "", None))
+                rows.append((f"  same, router CPU µs per request: OpenAI {cpu_us['openai']:.0f}, Ollama {cpu_us['ollama']:.0f};"
+                             " Ollama / OpenAI", cpu_us["ollama"] / cpu_us["openai"] if cpu_us["openai"] else float("inf"),
+                             "", None))
 
         if "rss" in wanted:
             await asyncio.sleep(1.0)  # let the router settle into idle

@@ -143,7 +143,8 @@ async def test_options_and_format_map_to_the_openai_parameters_they_mean(router)
     assert body["stop"] == ["\n"] and body["repeat_penalty"] == 1.1 == body["repetition_penalty"]
     assert body["response_format"] == {"type": "json_schema",
                                        "json_schema": {"name": "response", "schema": schema, "strict": True}}
-    assert "num_ctx" not in body and body["stream"] is False
+    assert "num_ctx" not in body
+    assert body["stream"] is True  # always streamed from the backend: its first token splits the durations
     await client(router).generate("sim", "hi", format="json", stream=False)
     assert (await last_request(router, "sim"))["body"]["response_format"] == {"type": "json_object"}
 

@@ -62,12 +62,11 @@ peers:
 
 
 UNKNOWN_ROUTES = [
-    ("GET", "/api/tags"),  # an Ollama client
-    ("POST", "/api/chat"),
-    ("DELETE", "/api/show"),
+    ("GET", "/api/nothing"),  # neither llama-swap's /api/* nor Ollama's
+    ("POST", "/api/chats"),
     ("GET", "/v2/models"),
     ("PATCH", "/nowhere/at/all"),
-    ("OPTIONS", "/api/tags"),
+    ("OPTIONS", "/api/nothing"),
 ]
 OTHER_METHOD = [
     ("GET", "/v1/chat/completions", "POST"),
@@ -75,6 +74,8 @@ OTHER_METHOD = [
     ("POST", "/health", "GET, HEAD"),
     ("PUT", "/logs/stream/a", "GET, HEAD"),
     ("POST", "/v1/models/a", "GET, HEAD"),
+    ("DELETE", "/api/show", "POST"),  # Ollama's routes (issue 26)
+    ("GET", "/api/chat", "POST"),
 ]
 
 

@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-n", "--n-predict", type=int, default=-1, help="default output limit (-1 = none)")
     parser.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=None)
     parser.add_argument("--embedding", "--embeddings", action="store_true", help="serve embeddings only")
+    parser.add_argument("--pooling", choices=POOLING, default=None,
+                        help="how token embeddings pool into one (default: the model's own, none for a chat model)")
     parser.add_argument("--api-key", action="append", default=[], help="require this key (repeatable)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the warm-up decode at load")
     parser.add_argument("--jinja", action="store_true", help="accepted for compatibility (always on)")
@@ -64,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 # llama-server's -ctk/-ctv values, each a ggml type name.
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 FLASH_ATTN = {"on": "ENABLED", "off": "DISABLED", "auto": "AUTO"}
+POOLING = ("none", "mean", "cls", "last", "rank")
 
 
 def _exit_on_signal(signum: int, frame) -> None:
@@ -102,6 +105,8 @@ def server_params(args: argparse.Namespace):
     params.n_threads_http = args.threads_http
     params.n_predict = args.n_predict
     params.embedding = args.embedding
+    if args.pooling is not None:
+        params.pooling_type = getattr(xllamacpp.llama_pooling_type, f"LLAMA_POOLING_TYPE_{args.pooling.upper()}")
     params.warmup = not args.no_warmup
     params.endpoint_metrics = True
     if args.n_gpu_layers is not None:

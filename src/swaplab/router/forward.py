@@ -8,8 +8,11 @@ the entry's `filters`, and relayed to the backend; a backend that crashed under 
 restarted and the request sent once more. A peer's model is relayed to the peer.
 `/upstream/` also answers `upstream.ignorePaths` and relays websockets, as do the GET
 model routes (`?model=`). Each request is observed from start to end (with the selector
-that routed it) and handed to `record`. Every request passes here: nothing is
-added to this path without measuring it (docs/performance.md).
+that routed it) and handed to `record`. Another API's route (Ollama's, `router.ollama`)
+comes in translated, through `forward_reshaped`, and goes the same way; its `Reshape` gives
+the reply back in its shape. Every request passes here: nothing is added to this path
+without measuring it (docs/performance.md). It is one concept, the request path, in one
+module (about 540 lines): admission, recovery, heartbeats and the relay interleave in it.
 """
 
 from __future__ import annotations

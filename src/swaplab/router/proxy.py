@@ -396,7 +396,7 @@ async def relay_reshaped(
             return response, False
         tail = reshape.finish()
         if response is None:
-            response = web.Response(body=tail, headers={"Content-Type": reshape.content_type})
+            response = web.Response(body=tail, status=reshape.status, headers={"Content-Type": reshape.content_type})
             await response.prepare(request)
         elif tail:
             await response.write(tail)

@@ -29,6 +29,8 @@ class Reshape(Protocol):
     path: str
     """The route the client called (the activity row's path), not the upstream's."""
     load_seconds: float
+    status: int
+    """A whole (non-streamed) reply's status, read once `finish` has run: 200, or the upstream's mid-reply error's."""
     """How long the request waited for its model to be ready (Ollama's `load_duration`), set by the forwarder."""
 
     def accepts(self, status: int, content_type: str) -> bool:

@@ -50,7 +50,7 @@ GIB = 1024**3
 MANAGED = ("pull", "push", "create", "copy")
 _VERBS = {"pull": "download", "push": "upload", "create": "create", "copy": "copy", "delete": "delete",
           "blobs": "upload files for"}
-EMPTY_DETAILS = {"parent_model": "", "format": "", "family": "", "families": None, "parameter_size": "",
+EMPTY_DETAILS = {"parent_model": "", "format": "", "family": "", "families": [], "parameter_size": "",
                  "quantization_level": ""}
 # Fleet states in which a model holds memory, as Ollama's `ps` lists its loaded runners.
 LOADED_STATES = frozenset({"starting", "ready", "falling_asleep", "sleeping", "waking"})
@@ -111,10 +111,12 @@ class OllamaApi:
                 empty = not document.get("prompt") and not document.get("images")
             if empty:
                 return await self._load(requested, name, keep_alive, chat)
+            # Always streamed from the backend, whatever the client asked: its first token times the prompt's
+            # evaluation apart from the reply's, where the backend reports no timings of its own.
             if chat:
-                path, body = CHAT_PATH, chat_request(document, name, stream)
+                path, body = CHAT_PATH, chat_request(document, name, True)
             else:
-                path, body = generate_request(document, name, stream)
+                path, body = generate_request(document, name, True)
         except BadRequest as error:
             return error_response(400, str(error))
         reply = ChatReply(requested, request.path, stream, keep_alive, generate=not chat)

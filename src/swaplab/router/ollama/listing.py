@@ -108,7 +108,7 @@ def _file_info(path: str, size: int, mtime_ns: int, entry: str, folder: bool) ->
         "parent_model": "",
         "format": "gguf",
         "family": architecture,
-        "families": [architecture] if architecture else None,
+        "families": [architecture] if architecture else [],
         "parameter_size": str(metadata.get("general.size_label") or _human(parameters)),
         "quantization_level": _quantization(metadata, tensors),
     }
@@ -143,7 +143,7 @@ def _folder_info(path: str, modified: float, entry: str) -> FileInfo:
         family = str(config.get("model_type") or "") if isinstance(config, dict) else ""
     except (OSError, ValueError):
         pass
-    details = {"parent_model": "", "format": "safetensors", "family": family, "families": [family] if family else None,
+    details = {"parent_model": "", "format": "safetensors", "family": family, "families": [family] if family else [],
                "parameter_size": "", "quantization_level": ""}
     return FileInfo(path, size, modified, _digest(path, size, int(modified * 1e9), entry), details)
 

@@ -52,6 +52,8 @@ class Reply:
         self.keep_alive = keep_alive
         self.content_type = NDJSON if streaming else JSON
         self.load_seconds = 0.0
+        self.status = 200
+        """A whole reply's status: an error the upstream reported mid-stream makes it 502."""
         self.started = time.perf_counter()
         self._body = bytearray()
 
@@ -108,7 +110,11 @@ class ChatReply(Reply):
         self._first_at: float | None = None
         self._last_at = 0.0
         self._failed = False
+        self._error = ""
         self._logprobs: list[dict[str, Any]] = []
+        self._text: list[str] = []
+        self._thoughts: list[str] = []
+        """A stream read for a client that asked for one object: its pieces, joined at the end."""
 
     def accepts(self, status: int, content_type: str) -> bool:
         self._events = content_type == "text/event-stream"
@@ -187,21 +193,27 @@ class ChatReply(Reply):
             return []
         if document.get("error") is not None:
             self._failed = True
-            return [self.error(_message(document["error"]))]
+            self.status = 502
+            self._error = _message(document["error"])
+            return [self.error(self._error)] if self.streaming else []
         self._note(document)
         out = []
         for choice in document.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
-            content, thought = self._delta(choice)
+            content, thought, called = self._delta(choice)
             self._logprobs += _logprobs(choice)
-            if content or thought:
+            if content or thought or called:
                 now = time.perf_counter()
                 if self._first_at is None:
                     self._first_at = now
                 self._last_at = now
+            if content or thought:
                 if self.streaming:
                     out.append(_line(self._chunk(content, thought)))
+                else:
+                    self._text.append(content)
+                    self._thoughts.append(thought)
         return out
 
     def _note(self, document: dict[str, Any]) -> None:
@@ -210,16 +222,18 @@ class ChatReply(Reply):
         if isinstance(document.get("timings"), dict):
             self._timings = document["timings"]
 
-    def _delta(self, choice: dict[str, Any]) -> tuple[str, str]:
-        """A streamed choice's text and thinking; its tool-call pieces and finish reason are kept."""
+    def _delta(self, choice: dict[str, Any]) -> tuple[str, str, bool]:
+        """A streamed choice's text, thinking, and whether it carried a piece of a tool call (its pieces
+        and its finish reason are kept)."""
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
             self._done_reason = _DONE_REASONS.get(reason, reason)
         delta = choice.get("delta")
         if not isinstance(delta, dict):  # a completion's chunk
             text = choice.get("text")
-            return (text if isinstance(text, str) else ""), ""
-        for piece in delta.get("tool_calls") or ():
+            return (text if isinstance(text, str) else ""), "", False
+        pieces = delta.get("tool_calls") or ()
+        for piece in pieces:
             if not isinstance(piece, dict):
                 continue
             call = self._calls.setdefault(_index(piece, len(self._calls)), {"id": "", "name": "", "arguments": ""})
@@ -232,14 +246,16 @@ class ChatReply(Reply):
                 call["arguments"] += function["arguments"]
         content = delta.get("content")
         thought = delta.get("reasoning_content") or delta.get("reasoning")
-        return (content if isinstance(content, str) else ""), (thought if isinstance(thought, str) else "")
+        return (content if isinstance(content, str) else ""), (thought if isinstance(thought, str) else ""), bool(pieces)
 
     def finish(self) -> bytes:
         if self._events:
             lines = self._event(self._pending) if self._pending.strip() else []
             if self._failed:
-                return b"".join(lines)
+                return b"".join(lines) if self.streaming else orjson.dumps({"error": self._error})
             calls = _tool_calls(self._calls)
+            if not self.streaming:  # the client asked for one object: the stream read, answered whole
+                return orjson.dumps(self._final("".join(self._text), "".join(self._thoughts), calls))
             if calls:
                 lines.append(_line(self._chunk(calls=calls)))
             lines.append(_line(self._final()))
