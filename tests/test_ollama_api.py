@@ -8,6 +8,7 @@ docs are tests/test_ollama_docs.py.
 from __future__ import annotations
 
 
+import base64
 import json
 
 from datetime import datetime, timezone
@@ -395,3 +396,25 @@ def test_keep_alive_reads_as_ollama_reads_it():
 
 
 
+
+
+async def test_a_chat_is_captured_with_the_request_and_reply_the_backend_saw(router_factory):
+    router = router_factory(f"""
+captureBuffer: 1
+models:
+  sim:
+    cmd: {SIM} --port ${{PORT}} --model sim
+""")
+    await client(router).chat("sim", messages=[{"role": "user", "content": "hi there"}], stream=False)
+    async with aiohttp.ClientSession() as session:
+        async def row():
+            async with session.get(f"{router.url}/api/activity") as response:
+                rows = (await response.json())["activity"]
+            return rows[0] if rows and rows[0]["has_capture"] else None
+        found = await eventually(row, 10, "the chat's captured activity row")
+        async with session.get(f"{router.url}/api/captures/{found['id']}") as response:
+            capture = await response.json()
+    assert capture["req_path"] == "/api/chat" and capture["resp_status"] == 200
+    sent = json.loads(base64.b64decode(capture["req_body"]))
+    assert sent["messages"] == [{"role": "user", "content": "hi there"}] and sent["stream"] is True
+    assert base64.b64decode(capture["resp_body"]).startswith(b"data: ")  # the backend's own stream

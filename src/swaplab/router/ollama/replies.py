@@ -24,10 +24,17 @@ JSON = "application/json"
 _DONE_REASONS = {"tool_calls": "stop", "function_call": "stop", "content_filter": "stop"}
 
 
+_second: list[Any] = [None, ""]  # the last whole second formatted, for a stream's many lines within it
+
+
 def timestamp(when: float | None = None) -> str:
     """Ollama's `created_at`: RFC 3339 with microseconds, in UTC."""
-    moment = datetime.fromtimestamp(time.time() if when is None else when, timezone.utc)
-    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    when = time.time() if when is None else when
+    second, fraction = divmod(when, 1.0)
+    if _second[0] != second:
+        moment = datetime.fromtimestamp(second, timezone.utc)
+        _second[0], _second[1] = second, moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{_second[1]}.{min(int(fraction * 1e6), 999999):06d}Z"
 
 
 def error_response(status: int, message: str) -> web.Response:
@@ -181,8 +188,11 @@ class ChatReply(Reply):
         return b"".join(lines)
 
     def _event(self, event: bytes) -> list[bytes]:
-        payload = b"".join(line[5:].strip() for line in event.replace(b"\r\n", b"\n").split(b"\n")
-                           if line.startswith(b"data:"))
+        if event.startswith(b"data: ") and b"\n" not in event:  # one data line: almost every event
+            payload = event[6:].strip()
+        else:
+            payload = b"".join(line[5:].strip() for line in event.replace(b"\r\n", b"\n").split(b"\n")
+                               if line.startswith(b"data:"))
         if not payload or payload == b"[DONE]" or self._failed:
             return []
         try:
