@@ -278,7 +278,7 @@ class OllamaApi:
         info = await asyncio.to_thread(listing.file_info, model)
         context = listing.command_facts(model).context or (info.context_length if info is not None else 0)
         parameters = listing.parameters_text(model, context)
-        source = info.path if info is not None else "(no model file: " + " ".join(model.cmd[:3]) + " ...)"
+        source = info.path if info is not None else "(no model file: its command names none this router can read)"
         modelfile = (f"# Served by swaplab from {config.path}, entry {model.id!r}: edit the model there.\n"
                      f"FROM {source}\n")
         modelfile += "".join(f"PARAMETER {line}\n" for line in parameters.splitlines())
