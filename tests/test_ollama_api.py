@@ -109,7 +109,7 @@ async def test_chat_with_tools_returns_the_call_with_object_arguments_and_takes_
     assert final.message.content == "It is 11 degrees in Tokyo."
     sent = await last_request(router, "sim")
     assistant, tool = sent["body"]["messages"][1:]
-    assert assistant["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Tokyo"}'}
+    assert assistant["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city":"Tokyo"}'}
     assert tool["role"] == "tool" and tool["tool_call_id"] == assistant["tool_calls"][0]["id"]
 
 
@@ -418,3 +418,18 @@ models:
     sent = json.loads(base64.b64decode(capture["req_body"]))
     assert sent["messages"] == [{"role": "user", "content": "hi there"}] and sent["stream"] is True
     assert base64.b64decode(capture["resp_body"]).startswith(b"data: ")  # the backend's own stream
+
+
+@pytest.mark.parametrize("path", ["/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show"])
+async def test_a_bomb_of_brackets_is_never_a_500(router, path):
+    """Found by tests/test_fuzz_http.py: Python's json recursed past its limit on nested lists (a 500)."""
+    nested = b'{"model": "sim", "x": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}{path}", data=nested) as response:
+            assert response.status < 500, await response.text()
+            await response.json()  # an answer in Ollama's JSON, whichever it is (an unknown field is ignored)
+        # nested where it must be sent on (a tool call's arguments): past what can be encoded, a 400
+        deep = ('{"model": "sim", "messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": '
+                '{"name": "f", "arguments": {"a": ' + "[" * 400 + "]" * 400 + '}}}]}]}').encode()
+        async with session.post(f"{router.url}/api/chat", data=deep) as response:
+            assert response.status == 400 and "cannot be sent on" in (await response.json())["error"]

@@ -18,6 +18,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+import orjson
 import psutil
 from aiohttp import web
 
@@ -144,6 +145,10 @@ class OllamaApi:
     async def _forward(
         self, request: web.Request, reply: Reply, name: str, path: str, body: dict[str, Any]
     ) -> web.StreamResponse:
+        try:
+            orjson.dumps(body)  # what the forwarder sends: a value nested past orjson's depth is the client's fault
+        except orjson.JSONEncodeError as error:
+            return error_response(400, f"the request cannot be sent on: {error} (a value nested too deeply?)")
         response = await self.router.forwarder.forward_reshaped(request, reply, name, path, body)
         if response.prepared or response.status < 400 or not isinstance(response, web.Response):
             return response
@@ -307,8 +312,8 @@ async def _read_json(request: web.Request) -> dict[str, Any] | web.Response:
     if not body.strip():
         return error_response(400, "the body is empty: send a JSON object")
     try:
-        document = json.loads(body)
-    except ValueError as error:
+        document = orjson.loads(body)  # its depth limit makes a bomb of brackets a 400, never a RecursionError
+    except orjson.JSONDecodeError as error:
         return error_response(400, f"the body is not JSON: {error}")
     if not isinstance(document, dict):
         return error_response(400, "the body must be a JSON object")

@@ -332,8 +332,8 @@ def _tool_calls(calls: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
     for index in sorted(calls):
         call = calls[index]
         try:
-            arguments = json.loads(call["arguments"]) if call["arguments"].strip() else {}
-        except ValueError:
+            arguments = orjson.loads(call["arguments"]) if call["arguments"].strip() else {}
+        except orjson.JSONDecodeError:
             arguments = {}
         function: dict[str, Any] = {"index": index, "name": call["name"],
                                     "arguments": arguments if isinstance(arguments, dict) else {}}
@@ -378,4 +378,9 @@ def _index(piece: dict[str, Any], default: int) -> int:
 def _message(error: Any) -> str:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return error["message"]
-    return error if isinstance(error, str) else json.dumps(error)
+    if isinstance(error, str):
+        return error
+    try:
+        return orjson.dumps(error).decode()
+    except orjson.JSONEncodeError:
+        return "the backend reported an error"

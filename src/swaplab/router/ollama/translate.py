@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 import re
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -339,7 +340,10 @@ def _tool_call(call: Any, where: str, default_id: str) -> dict[str, Any]:
         arguments = {}
     if not isinstance(arguments, (Mapping, str)):
         raise BadRequest(f"{where}.function.arguments must be an object, not {_shown(arguments)}")
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    try:
+        text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+    except orjson.JSONEncodeError as error:
+        raise BadRequest(f"{where}.function.arguments cannot be sent on: {error}") from None
     call_id = call.get("id") if isinstance(call.get("id"), str) and call.get("id") else default_id
     return {"id": call_id, "type": "function", "function": {"name": function["name"], "arguments": text}}
 
@@ -382,7 +386,7 @@ def _optional_text(document: Mapping[str, Any], key: str) -> str:
 def _shown(value: Any) -> str:
     """A value as a message shows it: its JSON, cut short."""
     try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
+        text = orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        text = type(value).__name__
     return text if len(text) <= 60 else text[:57] + "..."
