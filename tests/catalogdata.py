@@ -92,3 +92,36 @@ def seed_bench_runs(db: Path, model: str = SEED_ALIAS) -> None:
                                         8: (271.6, 271.5, 271.8)}, started=SEPTEMBER_4))
     save_run(db, prefill_run(model, {8192: 2370.0, 32768: 18166.0}, started=SEPTEMBER_4 + 600))
     save_run(db, prefix_cache_run(model, 867.0, 269.0, started=SEPTEMBER_4 + 1200))
+
+
+LMEVAL_SOURCE = "local: /work/main/tests/fixtures/lmeval/two_digit_addition.jsonl"
+
+
+def lmeval_task(metrics: dict[str, tuple[list[float], float | None]], *, n: int = 20, source: str = LMEVAL_SOURCE) -> dict:
+    """A task of the grill's `lmeval` summary: `metric,filter` -> (the score of each repetition, lm-eval's stderr)."""
+    figures = {}
+    for key, (reps, stderr) in metrics.items():
+        metric, _, filter_name = key.partition(",")
+        mean = sum(reps) / len(reps)
+        figures[key] = {"metric": metric, "filter": filter_name, "value": mean, "reps": reps,
+                        "spread": spread(mean, min(reps), max(reps), len(reps)), "stderr": stderr}
+    return {"source": source, "output_type": "generate_until", "n": n, "version": 1.0, "metrics": figures}
+
+
+def lmeval_grill_run(model: str, tasks: dict[str, dict], *, started: float, api: str = "chat", limit: int | None = 20,
+                     answers: int = 40, truncated: int = 0, log: str = "") -> Run:
+    """A grill run of the `lmeval` suite alone, its summary as `grill.summary.summarize` writes it."""
+    figures = [(name, next(iter(task["metrics"].values()))) for name, task in tasks.items()]  # each task's first metric
+    summary = {
+        "suites": ["lmeval"], "reps": max(len(figure["reps"]) for _, figure in figures), "rounds": [],
+        "lmeval": {
+            "api": api, "limit": limit, "temperature": None, "answers": answers, "truncated": truncated,
+            "truncation_rate": truncated / answers if answers else 0.0,
+            "logs": [f"lmeval-rep1-{name}.samples.jsonl" for name in tasks] + ["lmeval-rep1-results.json"],
+            "tasks": tasks,
+        },
+        "log": log,
+        "headline": ", ".join(f"{name} {figure['metric']} {figure['value']:.3f}" for name, figure in figures),
+    }
+    return Run(kind="grill", target_url="http://127.0.0.1:8080", model=model, started_at=started, backend_kind="sglang",
+               summary=summary)

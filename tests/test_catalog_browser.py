@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from catalogdata import (
-    SEED_ALIAS, SEED_CONFIG, SEED_ID, SEED_NOTES, SEPTEMBER_4, grill_run, seed_bench_runs, throughput_run,
+    SEED_ALIAS, SEED_CONFIG, SEED_ID, SEED_NOTES, SEPTEMBER_4, grill_run, lmeval_grill_run, lmeval_task, seed_bench_runs,
+    throughput_run,
 )
 from browser import ARTIFACTS, console_errors, launch, require_chromium
 
@@ -15,6 +17,8 @@ from swaplab.results.runs import save_run
 require_chromium()
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
+
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
 
 # The seed's entry among three more models on two declared GPUs (names from the seed's comments).
 EXTRA = """\
@@ -131,6 +135,53 @@ def test_the_catalogue_in_chromium_from_file_urls(tmp_path, monkeypatch):
             expect(plain.locator("#models-table tbody tr")).to_have_count(4)
             expect(plain.locator("#models-table thead button")).to_have_count(0)
             expect(plain.locator(".filter")).to_have_count(0)
+        finally:
+            browser.close()
+    assert errors == []
+
+
+def test_the_lmeval_section_in_chromium(tmp_path):
+    db = tmp_path / "swaplab.db"
+    save_run(db, grill_run(SEED_ID, [19, 21, 20], started=SEPTEMBER_4 - 86400, tok_per_step=[150.0, 162.0, 174.0],
+                           log="/srv/grill_out/n3-sglang/"))
+    save_run(db, lmeval_grill_run(SEED_ALIAS, {
+        "arithmetic_2da_gen": lmeval_task({"exact_match,last-number": ([0.10], 0.0688)}),
+        "gsm8k": lmeval_task({"exact_match,strict-match": ([0.62, 0.64, 0.60], 0.0134),
+                              "exact_match,flexible-extract": ([0.71, 0.70, 0.72], 0.0125)},
+                             n=1319, source="hub: openai/gsm8k"),
+    }, started=SEPTEMBER_4 - 3600, api="completions", limit=None, log="/srv/grill_out/lmeval-2/"))
+    save_run(db, lmeval_grill_run(SEED_ID, {
+        "arithmetic_2da_gen": lmeval_task({"exact_match,last-number": ([0.15, 0.15], 0.0819)}),
+    }, started=SEPTEMBER_4, truncated=2, log="/srv/grill_out/lmeval-3/"))
+    site = tmp_path / "site"
+    build_site(str(SEED_CONFIG), site, notes=str(SEED_NOTES), db=str(db))
+
+    expect.set_options(timeout=10_000)
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors = console_errors(page)
+        try:
+            page.goto((site / "models" / f"{SEED_ID}.html").as_uri())
+            page.locator('.toc a[href="#lmeval"]').click()
+            section = page.locator("#lmeval")
+            expect(section.locator("h2")).to_have_text("lm-eval")
+            rows = section.locator("tbody tr")
+            expect(rows).to_have_count(3)
+            expect(rows.first).to_be_in_viewport()
+            expect(rows.nth(0).locator("td").nth(0)).to_contain_text("local: two_digit_addition.jsonl")
+            score = rows.nth(0).locator("td").nth(2)
+            expect(score).to_contain_text("0.150 ± 0.082")
+            expect(score).to_contain_text("was 0.100 in run #2")
+            expect(rows.nth(2).locator("td").nth(4)).to_have_text("3 (0.600–0.640)")
+            expect(section.locator("table")).to_be_visible()
+            if os.environ.get("SWAPLAB_SCREENSHOTS"):
+                # The section across the page's whole width, as a reader scrolled to it sees it.
+                page.mouse.move(0, 0)  # no row highlighted under the pointer
+                box = section.bounding_box()
+                top = box["y"] + page.evaluate("window.scrollY")
+                page.screenshot(path=str(SCREENSHOTS / "catalog-lmeval-1280.png"), full_page=True,
+                                clip={"x": 0, "y": top - 16, "width": 1280, "height": box["height"] + 32})
         finally:
             browser.close()
     assert errors == []

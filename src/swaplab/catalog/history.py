@@ -47,7 +47,11 @@ def grill_row(run: Mapping[str, Any]) -> GrillRow:
     summary = run.get("summary") or {}
     score = summary.get("score")
     score_text = out_of(score, summary.get("total"))
-    if score_text == "-" and isinstance(summary.get("headline"), str):
+    lmeval = summary.get("lmeval")
+    if score_text == "-" and isinstance(lmeval, Mapping) and isinstance(lmeval.get("tasks"), Mapping):
+        count = len(lmeval["tasks"])  # its scores are the lm-eval section's, below
+        score_text = f"lm-eval: {count} task{'s' if count != 1 else ''}"
+    elif score_text == "-" and isinstance(summary.get("headline"), str):
         score_text = summary["headline"]
     log = summary.get("log") if isinstance(summary.get("log"), str) else ""
     return GrillRow(
@@ -63,7 +67,7 @@ def grill_row(run: Mapping[str, Any]) -> GrillRow:
         tok_per_step=spread_text(summary.get("tok_per_step")),
         r5=_r5(summary.get("r5")),
         log=log,
-        log_href=_log_href(log),
+        log_href=log_href(log),
     )
 
 
@@ -109,7 +113,8 @@ def _r5(r5: Any) -> str:
     return ", ".join(parts) or "-"
 
 
-def _log_href(log: str) -> str | None:
+def log_href(log: str) -> str | None:
+    """A link for a log that is a URL or an absolute path; None for a relative path, which can only be shown."""
     if log.startswith(("http://", "https://")):
         return log
     if log.startswith("/"):

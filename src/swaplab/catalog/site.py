@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from swaplab.catalog.history import GrillRow, grill_rows, latest_score
+from swaplab.catalog.lmeval import LmevalRow, lmeval_rows
 from swaplab.catalog.models import CatalogModel, catalog_models, names_a_model, page_names
 from swaplab.catalog.performance import Performance, performance
 from swaplab.config import Config
@@ -39,6 +40,8 @@ class ModelPage:
     page: str
     """File name without `.html`, under `models/`."""
     history: tuple[GrillRow, ...]
+    lmeval: tuple[LmevalRow, ...]
+    """The lm-eval scores of its grill runs, one row per task and metric (none: no lm-eval run)."""
     performance: Performance
     notes: tuple[NoteMatch, ...]
     latest: GrillRow | None
@@ -90,7 +93,8 @@ def gather(config: Config, notes: Sequence[Note], runs: Sequence[Mapping[str, An
         history = tuple(grill_rows(own))
         pages.append(
             ModelPage(
-                model=model, page=model_pages[model.id], history=history, performance=performance(own),
+                model=model, page=model_pages[model.id], history=history, lmeval=tuple(lmeval_rows(own)),
+                performance=performance(own),
                 notes=tuple(notes_for(model.names, notes)), latest=latest_score(history),
             )
         )

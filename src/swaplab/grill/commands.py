@@ -11,7 +11,7 @@ from swaplab.argtypes import float_list, int_list
 if TYPE_CHECKING:
     from swaplab.grill.runner import GrillSettings
 
-SUITES = ("code", "agent", "needle", "humaneval")
+SUITES = ("code", "agent", "needle", "humaneval", "lmeval")
 DB_HELP = "the swaplab database runs are stored in (default: $SWAPLAB_DB or the user's data directory)"
 
 
@@ -25,7 +25,9 @@ def _suites(text: str) -> list[str]:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """`swaplab grill run|selfcheck|compare` and their arguments."""
-    grill = commands.add_parser("grill", help="grade a served model: code, agentic tool use, long-context recall")
+    grill = commands.add_parser(
+        "grill", help="grade a served model: code, agentic tool use, long-context recall, lm-eval tasks"
+    )
     actions = grill.add_subparsers(dest="grill_command", required=True, metavar="ACTION")
 
     run = actions.add_parser("run", help="run suites against a model and store the scores")
@@ -35,7 +37,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--reps", type=int, default=3, help="repetitions; every score is over these (default 3)")
     run.add_argument("--temperature", type=float, help="sampling temperature (default: the model's metadata, else 0.2)")
     run.add_argument("--max-tokens", type=int, default=2048, help="answer budget per request (default 2048)")
-    run.add_argument("--tasks", help="only these tasks, comma-separated names")
+    run.add_argument("--tasks", help="only these tasks, comma-separated names; with --suite lmeval, lm-eval task "
+                     "names or task YAML files")
+    run.add_argument("--limit", type=int, help="lmeval: the first N samples of each task (lm-eval's --limit; default all)")
+    run.add_argument("--lmeval-api", choices=("chat", "completions"), default="chat",
+                     help="lmeval: the endpoint lm-eval asks (default chat: the model's chat template applies)")
+    run.add_argument("--lmeval-include", action="append", default=[], metavar="DIR",
+                     help="lmeval: a folder of task YAML files the task names may come from (repeatable)")
     run.add_argument("--needle-lengths", type=int_list, default=[], help="haystack lengths in tokens (default: 1024 up to the context)")
     run.add_argument("--needle-depths", type=float_list, default=[0.1, 0.5, 0.9], help="fact depths (default 0.1,0.5,0.9)")
     run.add_argument("--transcripts", metavar="DIR", help="where transcripts go (default: next to the database)")
@@ -44,7 +52,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--json", metavar="FILE", help="also write the run's summary and outcomes as JSON")
 
     selfcheck = actions.add_parser("selfcheck", help="prove the suite: references pass, known-wrong answers fail")
-    selfcheck.add_argument("--suite", type=_suites, default=list(SUITES), help="comma-separated (default: all)")
+    selfcheck.add_argument("--suite", type=_suites, default=[s for s in SUITES if s != "lmeval"],
+                           help="comma-separated (default: all but lmeval, whose tasks are lm-eval's own)")
 
     compare = actions.add_parser("compare", help="compare two stored grill runs: a difference with its interval, or indistinguishable")
     compare.add_argument("a", type=int, help="run id of A (the baseline)")
@@ -57,6 +66,9 @@ def main(args: argparse.Namespace) -> int:
     if args.grill_command == "compare":
         return _compare(args.db, args.a, args.b)
     if args.grill_command == "selfcheck":
+        if "lmeval" in args.suite:
+            print("swaplab grill selfcheck: lmeval's tasks are lm-eval's own, proved by lm-eval; selfcheck the others")
+            return 2
         return _selfcheck(args.suite)
     return _run(_grill_settings(args), json_path=args.json)
 
@@ -77,6 +89,9 @@ def _grill_settings(args: argparse.Namespace) -> GrillSettings:
         needle_lengths=args.needle_lengths,
         needle_depths=args.needle_depths,
         transcripts=args.transcripts,
+        limit=args.limit,
+        lmeval_api=args.lmeval_api,
+        lmeval_include=args.lmeval_include,
         api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
         db=args.db,
     )

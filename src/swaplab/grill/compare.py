@@ -27,12 +27,16 @@ class FigureComparison:
     comparison: Comparison
 
 
-def compare_runs(db: str | None, a_id: int, b_id: int) -> tuple[dict[str, Any], dict[str, Any], list[FigureComparison]]:
-    """The total score first, then every round both runs have; raises SwaplabError when they can't be compared."""
+def compare_runs(db: str | None, a_id: int, b_id: int) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """The total score first, then every round both runs have, then every lm-eval task and metric both scored;
+    raises SwaplabError when they can't be compared."""
     a, b = _load(db, a_id), _load(db, b_id)
     a_rounds = _rounds(a)
     b_rounds = _rounds(b)
     shared = [name for name in a_rounds if name in b_rounds]
+    tasks = _lmeval_comparisons(a, b)
+    if not shared and tasks:
+        return a, b, tasks
     if not shared:
         raise SwaplabError(
             f"grill runs {a_id} and {b_id} share no round ({', '.join(a_rounds) or 'none'} vs {', '.join(b_rounds) or 'none'})"
@@ -42,13 +46,24 @@ def compare_runs(db: str | None, a_id: int, b_id: int) -> tuple[dict[str, Any], 
     if len(scored) > 1:
         figures.append(_figure(f"score ({', '.join(scored)})", a, b, scored))
     figures += [_figure("R5 complete" if name == "R5" else name, a, b, [name]) for name in shared]
-    return a, b, figures
+    return a, b, [*figures, *tasks]
+
+
+def _lmeval_comparisons(a: dict[str, Any], b: dict[str, Any]) -> list[Any]:
+    if not ((a.get("summary") or {}).get("lmeval") and (b.get("summary") or {}).get("lmeval")):
+        return []
+    from swaplab.grill.lmeval import compare_tasks  # no lm-eval import: the comparison is over stored rows
+
+    return compare_tasks(a, b)
 
 
 def sentences(a: dict[str, Any], b: dict[str, Any], figures: list[FigureComparison]) -> list[str]:
     """What the comparison says, one line per figure."""
     lines = [f"A = run {a['id']} ({_about(a)}), B = run {b['id']} ({_about(b)})"]
     for figure in figures:
+        if not isinstance(figure, FigureComparison):  # an lm-eval task: a score over samples, not reps
+            lines.append(_task_sentence(figure))
+            continue
         comparison = figure.comparison
         shown = f"{figure.figure}: A {_values(figure.a)} vs B {_values(figure.b)}"
         if comparison.different:
@@ -57,6 +72,13 @@ def sentences(a: dict[str, Any], b: dict[str, Any], figures: list[FigureComparis
         else:
             lines.append(f"{shown}: indistinguishable: {comparison.reason}")
     return lines
+
+
+def _task_sentence(task: Any) -> str:
+    over = f"{task.n} samples both ran, paired" if task.paired else f"about {task.n} samples a side, unpaired"
+    shown = (f"lm-eval {task.figure}: A {task.a:.3f} vs B {task.b:.3f}: B - A = {task.difference:+.3f} "
+             f"(95% CI {task.low:+.3f} to {task.high:+.3f}, {over})")
+    return f"{shown}, different" if task.different else f"{shown}: indistinguishable (the interval holds 0)"
 
 
 def _figure(name: str, a: dict[str, Any], b: dict[str, Any], rounds: list[str]) -> FigureComparison:
@@ -78,7 +100,7 @@ def _rounds(run: dict[str, Any]) -> list[str]:
     seen: list[str] = []
     for request in run["requests"]:
         name = (request.get("data") or {}).get("round")
-        if name and name != "needle" and name not in seen:
+        if name and name != "needle" and not name.startswith("lmeval:") and name not in seen:
             seen.append(name)
     return seen
 

@@ -14,7 +14,7 @@ from swaplab.grill.outcome import PASS, TaskOutcome
 from swaplab.grill.runner import GrillOutcome, Observer
 from swaplab.grill.selfcheck import Check
 from swaplab.grill.summary import out_of
-from swaplab.results.present import model_name
+from swaplab.results.present import lmeval_table, model_name
 from swaplab.results.report import report_header
 
 RESULT_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
@@ -75,15 +75,30 @@ def show_outcome(outcome: GrillOutcome, console: Console, *, db_path: str, json_
     if backend:
         about += f", {backend}"
     console.print(about, style="bold", highlight=False)
-    for table in (rounds_table(summary), tasks_table(outcome), needle_table(summary)):
+    lmeval = summary.get("lmeval")
+    for table in (rounds_table(summary), tasks_table(outcome), needle_table(summary),
+                  lmeval_table(lmeval) if lmeval else None):
         if table is not None:
             console.print(table)
+    if lmeval:
+        console.print(f"lm-eval's per-sample log and results: {', '.join(lmeval.get('logs', [])[:4])}"
+                      + (" ..." if len(lmeval.get("logs", [])) > 4 else "") + f" in {outcome.transcripts}",
+                      highlight=False, soft_wrap=True)
     reps = summary["reps"]
-    console.print(
-        f"{reps} rep{'s' if reps != 1 else ''} at temperature {summary['temperature']:g}, "
-        f"{summary['max_tokens']} tokens per answer: scores are mean/total (min-max) over reps.",
-        highlight=False,
-    )
+    if summary.get("rounds") or summary.get("needle"):
+        console.print(
+            f"{reps} rep{'s' if reps != 1 else ''} at temperature {summary['temperature']:g}, "
+            f"{summary['max_tokens']} tokens per answer: scores are mean/total (min-max) over reps.",
+            highlight=False,
+        )
+    if lmeval:
+        chosen = lmeval.get("temperature")
+        console.print(
+            f"lm-eval: {reps} rep{'s' if reps != 1 else ''}, "
+            + (f"temperature {chosen:g}" if chosen is not None else "each task's own generation settings")
+            + "; score is the mean over reps, ± lm-eval's standard error of one rep.",
+            highlight=False,
+        )
     if summary.get("isolation"):
         console.print(f"Sandbox: {summary['isolation']}.", highlight=False)
     for note in outcome.notes:

@@ -9,6 +9,7 @@ the summary's `log` names.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -47,14 +48,20 @@ class GrillSettings:
     needle_lengths: list[int] = field(default_factory=list)
     needle_depths: list[float] = field(default_factory=lambda: list(DEFAULT_NEEDLE_DEPTHS))
     transcripts: str | None = None
+    limit: int | None = None  # lmeval: the first N samples of each task
+    lmeval_api: str = "chat"  # lmeval: "chat" or "completions"
+    lmeval_include: list[str] = field(default_factory=list)  # lmeval: folders of task YAML files
     api_key: str | None = None
     db: str | None = None
 
     def parameters(self) -> dict[str, Any]:
         """The settings recorded with the run (no credentials, no paths of this machine)."""
         recorded = asdict(self)
-        for name in ("api_key", "db", "url", "model", "transcripts"):
+        for name in ("api_key", "db", "url", "model", "transcripts", "lmeval_include"):
             recorded.pop(name)
+        if "lmeval" not in self.suites:
+            for name in ("limit", "lmeval_api"):
+                recorded.pop(name)
         return recorded
 
 
@@ -88,6 +95,16 @@ class Job:
     round: str
     task: str
     ask: Callable[[OpenAIClient, str, Sampling], Awaitable[TaskOutcome]]
+
+
+def split_tasks(suites: list[str], only: list[str]) -> tuple[list[str], list[str]]:
+    """`--tasks` as (the grill's own task names, lm-eval's): with the lmeval suite, a name no other chosen
+    suite has (or a YAML file) is an lm-eval task."""
+    if "lmeval" not in suites:
+        return only, []
+    others = [suite for suite in suites if suite != "lmeval"]
+    known = {job.task for job in suite_jobs(others, [])} if others else set()
+    return [name for name in only if name in known], [name for name in only if name not in known]
 
 
 def suite_jobs(suites: list[str], only: list[str]) -> list[Job]:
@@ -140,9 +157,12 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
     """Run the suites against the model and store the run; raises SwaplabError for what a user can fix."""
     observer = observer or Observer()
     _check(settings)
-    jobs = suite_jobs(settings.suites, settings.tasks)
+    own_tasks, lmeval_tasks = split_tasks(settings.suites, settings.tasks)
+    grill_suites = [suite for suite in settings.suites if suite != "lmeval"]
+    jobs = suite_jobs(grill_suites, own_tasks) if grill_suites and (own_tasks or not settings.tasks) else []
     run_needle_suite = "needle" in settings.suites and not settings.tasks
-    if not jobs and not run_needle_suite:
+    lmeval_sources = _lmeval_sources(settings, lmeval_tasks, observer)
+    if not jobs and not run_needle_suite and not lmeval_sources:
         raise SwaplabError("nothing to run: no task left after --suite and --tasks")
     started_at = time.time()
     clock = WallClock()
@@ -150,12 +170,15 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
     if "needle" in settings.suites and settings.tasks:
         notes.append("needle left out: --tasks picks tasks by name, and the needle grid has none")
     outcomes: list[tuple[int, TaskOutcome]] = []
+    lmeval_report = None
+    lmeval_temperature: float | None = None
     async with OpenAIClient(settings.url, api_key=settings.api_key) as client:
         observer.phase("reaching the model")
         info = await client.server_info(settings.model)
         temperature = settings.temperature
+        configured = await metadata_temperature(client, info, default=None)
         if temperature is None:
-            temperature = await metadata_temperature(client, info)
+            temperature = configured if configured is not None else DEFAULT_TEMPERATURE
         sampling = Sampling(temperature=temperature, max_tokens=settings.max_tokens)
         asked = settings.needle_lengths or needle_lengths(info.context_tokens)
         lengths: list[int] = []
@@ -186,6 +209,10 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
                 ):
                     outcomes.append((rep, outcome))
                     observer.task_done(rep, outcome)
+        if lmeval_sources:
+            # lm-eval's tasks carry their own sampling; a temperature given here or in the model's config wins.
+            lmeval_temperature = settings.temperature if settings.temperature is not None else configured
+            lmeval_report = await _run_lmeval(settings, info.model, lmeval_sources, lmeval_temperature, observer)
     ended_at = time.time()
 
     transcripts = transcript_folder(settings, info, started_at)
@@ -193,8 +220,20 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
         _row(rep, seq, outcome, write_transcript(transcripts, rep, outcome), clock)
         for seq, (rep, outcome) in enumerate(outcomes)
     ]
-    summary = summarize(outcomes, suites=settings.suites, reps=settings.reps, log=str(transcripts))
-    summary["temperature"] = sampling.temperature
+    lmeval_summary = None
+    if lmeval_report is not None:
+        from swaplab.grill import lmeval
+
+        lmeval_summary = lmeval.summary_of(lmeval_report, lmeval_sources, api=settings.lmeval_api, limit=settings.limit)
+        lmeval_summary["temperature"] = lmeval_temperature  # None: each task's own generation settings
+        lmeval_summary["logs"] = lmeval.write_logs(transcripts, lmeval_report)
+        rows += [_lmeval_row(rep, len(rows) + index, task, sample)
+                 for index, (rep, task, sample) in enumerate(lmeval.sample_rows(lmeval_report))]
+    summary = summarize(outcomes, suites=settings.suites, reps=settings.reps, log=str(transcripts),
+                        lmeval=lmeval_summary)
+    # An lmeval-only run asked at no grill temperature: what it records is the one lm-eval used.
+    recorded_temperature = sampling.temperature if grill_suites else lmeval_temperature
+    summary["temperature"] = recorded_temperature
     summary["max_tokens"] = sampling.max_tokens
     summary["isolation"] = _isolation(settings.suites)
     if notes:
@@ -202,7 +241,7 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
     run = served_run(
         GRILL_KIND,
         info,
-        parameters={**settings.parameters(), "temperature": sampling.temperature},
+        parameters={**settings.parameters(), "temperature": recorded_temperature},
         started_at=started_at,
         ended_at=ended_at,
         summary=summary,
@@ -210,6 +249,57 @@ async def execute(settings: GrillSettings, observer: Observer | None = None) -> 
     )
     run_id = save_run(settings.db, run, rows)
     return GrillOutcome(run, run_id, summary, outcomes, transcripts, notes)
+
+
+def _lmeval_sources(settings: GrillSettings, names: list[str], observer: Observer) -> list:
+    """The lm-eval tasks to run, checked before the model is reached (a hub task offline is refused here)."""
+    if "lmeval" not in settings.suites:
+        return []
+    if not names:
+        raise SwaplabError(
+            "the lmeval suite runs the lm-eval tasks --tasks names: lm-eval task names (their data from the Hugging "
+            "Face hub) or task YAML files (e.g. --tasks tests/fixtures/lmeval/arithmetic_2da_gen.yaml)"
+        )
+    if settings.limit is not None and settings.limit < 1:
+        raise SwaplabError(f"--limit must be at least 1, got {settings.limit}")
+    try:
+        from swaplab.grill import lmeval
+    except ImportError as error:  # pragma: no cover - the optional dependency
+        raise SwaplabError(f"the lmeval suite needs lm-eval: pip install 'swaplab[lmeval]' ({error})") from None
+    observer.phase("reading the lm-eval tasks")
+    try:
+        found = lmeval.sources(names, settings.lmeval_include)
+        lmeval.check_sources(found)
+    except ImportError as error:
+        raise SwaplabError(f"the lmeval suite needs lm-eval: pip install 'swaplab[lmeval]' ({error})") from None
+    return found
+
+
+async def _run_lmeval(settings: GrillSettings, model: str, found: list, temperature: float | None,
+                      observer: Observer):
+    from swaplab.grill import lmeval
+
+    await asyncio.to_thread(lmeval.check_loglikelihood, settings.url, model, settings.api_key, found)
+    for task in found:
+        observer.phase(f"lm-eval {task.name}: {task.origin}")
+
+    def announce(rep: int) -> None:
+        observer.phase(f"rep {rep} · lmeval · {', '.join(task.name for task in found)}")
+
+    gen_kwargs = {"temperature": temperature} if temperature is not None else None
+    return await asyncio.to_thread(
+        lmeval.run_reps, found, url=settings.url, model=model, api=settings.lmeval_api, api_key=settings.api_key,
+        reps=settings.reps, limit=settings.limit, gen_kwargs=gen_kwargs, on_rep=announce,
+    )
+
+
+def _lmeval_row(rep: int, seq: int, task: str, sample: dict[str, Any]) -> RequestRow:
+    """One lm-eval sample as a task row: its scores, what was asked for and what was answered."""
+    scores = sample["scores"]
+    binary = all(value in (0, 1) for value in scores.values())
+    status = ("pass" if all(value == 1 for value in scores.values()) else "fail") if binary else "scored"
+    return RequestRow(rep=rep, level=f"{task}/{sample['doc_id']}", seq=seq,
+                      data={"suite": "lmeval", "round": f"lmeval:{task}", "status": status, **sample})
 
 
 def _check(settings: GrillSettings) -> None:
@@ -225,8 +315,10 @@ def _check(settings: GrillSettings) -> None:
         raise SwaplabError("--needle-lengths must be positive token counts")
 
 
-async def metadata_temperature(client: OpenAIClient, info: ServerInfo) -> float:
-    """The model's own sampling temperature from its config `metadata`, else 0.2.
+async def metadata_temperature(
+    client: OpenAIClient, info: ServerInfo, default: float | None = DEFAULT_TEMPERATURE
+) -> float | None:
+    """The model's own sampling temperature from its config `metadata`, else `default` (0.2).
 
     A router lists it as llama-swap does, under `/v1/models` `meta.llamaswap`; swaplab before
     issue 13 put the metadata in `meta` itself, so that is read too.
@@ -243,7 +335,7 @@ async def metadata_temperature(client: OpenAIClient, info: ServerInfo) -> float:
             value = llamaswap.get("temperature") if isinstance(llamaswap, dict) else meta.get("temperature")
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
                 return float(value)
-    return DEFAULT_TEMPERATURE
+    return default
 
 
 def transcript_folder(settings: GrillSettings, info: ServerInfo, started_at: float) -> Path:

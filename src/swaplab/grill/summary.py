@@ -29,9 +29,11 @@ NEEDLE_SEVERITY = {PASS: 0, INCONCLUSIVE: 1, TRUNCATED: 1, FAIL: 2, ERROR: 2, LO
 
 
 def summarize(
-    outcomes: Iterable[tuple[int, TaskOutcome]], *, suites: Sequence[str], reps: int, log: str | None = None
+    outcomes: Iterable[tuple[int, TaskOutcome]], *, suites: Sequence[str], reps: int, log: str | None = None,
+    lmeval: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run's summary from (rep, outcome) pairs, reps numbered from 1."""
+    """The run's summary from (rep, outcome) pairs, reps numbered from 1; `lmeval` is the lm-eval suite's
+    own (`grill.lmeval.summary_of`), kept as it is."""
     by_rep: dict[int, list[TaskOutcome]] = defaultdict(list)
     for rep, outcome in outcomes:
         by_rep[rep].append(outcome)
@@ -67,6 +69,8 @@ def summarize(
         }
     if "needle" in present:
         summary["needle"] = needle_grid(outcome for outcome in everything if outcome.round == "needle")
+    if lmeval:
+        summary["lmeval"] = dict(lmeval)
     if log:
         summary["log"] = log
     summary["headline"] = headline(summary)
@@ -107,6 +111,10 @@ def headline(summary: Mapping[str, Any]) -> str:
     if needle:
         counts = Counter(cell["result"] for cell in needle)
         parts.append(f"needle {counts[PASS]}/{len(needle)}")
+    lmeval = summary.get("lmeval")
+    for name, task in (lmeval.get("tasks") or {}).items() if isinstance(lmeval, Mapping) else ():
+        for figure in list((task.get("metrics") or {}).values())[:1]:  # a task's first metric
+            parts.append(f"{name} {figure['metric']} {figure['value']:.3f}")
     return ", ".join(parts) or "no tasks"
 
 

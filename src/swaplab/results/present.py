@@ -99,8 +99,11 @@ def run_details(run: dict[str, Any]) -> list[Any]:
     summary = dict(run["summary"])
     levels = summary.pop("levels", None)
     summary.pop("headline", None)
+    lmeval = summary.pop("lmeval", None)
     if isinstance(levels, list) and levels and all(isinstance(level, Mapping) for level in levels):
         shown.append(levels_table(levels, title="Per level"))
+    if isinstance(lmeval, Mapping):
+        shown.append(lmeval_table(lmeval))
     if summary:
         shown.append(_key_values("Summary", summary))
     errors = Counter(request["error"] for request in run["requests"] if request["error"] and not request["warmup"])
@@ -114,6 +117,32 @@ def run_details(run: dict[str, Any]) -> list[Any]:
             listing.add_row("", f"... and {len(errors) - MOST_ERRORS_SHOWN} other messages")
         shown.append(listing)
     return shown
+
+
+def lmeval_table(lmeval: Mapping[str, Any]) -> Table:
+    """A grill run's lm-eval tasks: a row per task and metric, the score ± lm-eval's standard error, n, the
+    spread over repetitions and where the task's data came from."""
+    from rich.table import Table
+
+    limit = lmeval.get("limit")
+    title = f"lm-eval ({lmeval.get('api', '?')} API" + (f", --limit {limit}" if limit else "") + ")"
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("task", "left"), ("metric", "left"), ("score", "right"), ("± stderr", "right"),
+                            ("n", "right"), ("reps (min-max)", "right"), ("data", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for name, task in (lmeval.get("tasks") or {}).items():
+        for figure in (task.get("metrics") or {}).values():
+            reps = figure.get("reps") or []
+            spread = "-" if len(reps) < 2 else f"{len(reps)} ({min(reps):.3f}-{max(reps):.3f})"
+            stderr = figure.get("stderr")
+            shown_metric = figure["metric"] + (f" ({figure['filter']})" if figure.get("filter") not in (None, "none") else "")
+            table.add_row(name, shown_metric, f"{figure['value']:.3f}", "-" if stderr is None else f"{stderr:.3f}",
+                          str(task.get("n") or "-"), spread, str(task.get("source") or "-"))
+    if lmeval.get("answers"):
+        rate = lmeval.get("truncation_rate") or 0.0
+        table.caption = (f"{lmeval['truncated']} of {lmeval['answers']} answers truncated in their thinking "
+                         f"({rate:.1%}), scored as failures")
+    return table
 
 
 def levels_table(levels: list[Mapping[str, Any]], *, title: str | None = None) -> Table:
