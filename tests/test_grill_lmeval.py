@@ -87,6 +87,30 @@ models:
         (0, "pass", "143"), (1, "fail", "[invalid]"), (2, "fail", "0")]
 
 
+async def test_a_loglikelihood_task_runs_where_the_server_gives_prompt_logprobs_and_its_tokenizer(
+    router_factory, tmp_path
+):
+    """vLLM's API (`echo` logprobs, /tokenizer_info, /tokenize, /detokenize), as the sim answers it: lm-eval's
+    own multiple-choice path, its tokenizer reached through the router's /upstream/MODEL/."""
+    router = router_factory(f"""
+models:
+  smollm2:
+    cmd: {SIM} --port ${{PORT}} --model smollm2
+""")
+    outcome = await execute(run_settings(router, tmp_path, tasks=[str(LOGLIKELIHOOD)], lmeval_api="completions",
+                                         limit=8))
+    task = outcome.summary["lmeval"]["tasks"]["arithmetic_2da_local"]
+    assert task["output_type"] == "loglikelihood" and task["n"] == 8
+    reported = json.loads((outcome.transcripts / "lmeval-rep1-results.json").read_text())["results"]
+    assert task["metrics"]["acc,none"]["value"] == reported["arithmetic_2da_local"]["acc,none"]
+    samples = [json.loads(line) for line in
+               (outcome.transcripts / "lmeval-rep1-arithmetic_2da_local.samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 8 and all(len(sample["resps"][0][0]) == 2 for sample in samples)  # (logprob, greedy)
+    assert task["metrics"]["acc,none"]["value"] == pytest.approx(sum(sample["acc"] for sample in samples) / 8)
+    with pytest.raises(lmeval.LmevalError, match="chat completions cannot: use --lmeval-api completions"):
+        await execute(run_settings(router, tmp_path, tasks=[str(LOGLIKELIHOOD)], limit=2))
+
+
 # -- on llama.cpp ----------------------------------------------------------------------------------
 
 

@@ -130,6 +130,8 @@ class Sim:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/tokenizer_info", self._tokenizer_info)
+        app.router.add_post("/detokenize", self._detokenize)
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_get("/sim/last-request", self._last)
         app.router.add_get("/sim/ws", self._websocket)
@@ -159,7 +161,68 @@ class Sim:
         return await self._generate(request, "chat")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await json_body(request)
+        except BadRequest as bad:
+            return _openai_error(400, str(bad))
+        if isinstance(body, dict) and body.get("echo") is True and body.get("logprobs"):
+            return self._echo(body)
         return await self._generate(request, "completion")
+
+    def _echo(self, body: dict[str, Any]) -> web.Response:
+        """vLLM's `echo` with `logprobs`: every prompt token's logprob (what lm-eval scores multiple choice by),
+        in the sim's character tokens, each against one other candidate; the same for the same text."""
+        if not self.is_ready():
+            return _openai_error(503, self._loading_message())
+        prompts = body.get("prompt")
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if not isinstance(prompts, list) or not prompts:
+            return _openai_error(400, "'prompt' must be a string, token ids, or a list of either")
+        choices = []
+        for index, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                tokens = [ord(character) for character in prompt]
+            elif isinstance(prompt, list) and all(isinstance(token, int) and 0 <= token < 0x110000 for token in prompt):
+                tokens = list(prompt)
+            else:
+                return _openai_error(400, f"prompt {index}: a string or a list of character token ids")
+            tokens.append(ord("."))  # the one token generated after the prompt
+            texts = [chr(token) for token in tokens]
+            logprobs: list[float | None] = [None]
+            top: list[dict[str, float] | None] = [None]
+            for position in range(1, len(tokens)):
+                own = _logprob(f"{tokens[position - 1]}:{tokens[position]}")
+                other = _logprob(f"other:{position}:{tokens[position]}")
+                logprobs.append(own)
+                top.append({texts[position]: own, "\u2400": other})
+            choices.append({
+                "index": index, "text": "".join(texts), "finish_reason": "length",
+                "logprobs": {"tokens": texts, "token_logprobs": logprobs, "top_logprobs": top,
+                             "text_offset": list(range(len(texts)))},
+            })
+        prompt_tokens = sum(len(choice["logprobs"]["tokens"]) - 1 for choice in choices)
+        return web.json_response({
+            "id": f"cmpl-sim-{next(self._ids)}", "object": "text_completion", "created": int(time.time()),
+            "model": body.get("model") or self.settings.model, "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(choices),
+                      "total_tokens": prompt_tokens + len(choices)},
+        })
+
+    async def _tokenizer_info(self, request: web.Request) -> web.Response:
+        """vLLM's `/tokenizer_info`, for the sim's character tokens (`/tokenize` with `prompt`, `/detokenize`)."""
+        return web.json_response({"tokenizer_class": "sim-characters", "eos_token": "\u2403", "bos_token": None,
+                                  "pad_token": None, "chat_template": None, "model_max_length": 1 << 20})
+
+    async def _detokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await json_body(request)
+        except BadRequest as bad:
+            return _openai_error(400, str(bad))
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and 0 <= t < 0x110000 for t in tokens):
+            return _openai_error(400, "'tokens' must be a list of the sim's character token ids")
+        return web.json_response({"prompt": "".join(chr(token) for token in tokens)})
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "messages")
@@ -304,9 +367,12 @@ class Sim:
             body = await json_body(request)
         except BadRequest as bad:
             return _openai_error(400, str(bad))
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if isinstance(prompt, str):  # vLLM's shape: a token per character, which /detokenize reverses
+            return web.json_response({"tokens": [ord(character) for character in prompt], "count": len(prompt)})
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, str):
-            return _openai_error(400, "'content' must be a string")
+            return _openai_error(400, "'content' (llama.cpp's) or 'prompt' (vLLM's) must be a string")
         # One token per word, with a stable id per word.
         tokens = [zlib.crc32(word.encode()) & 0x7FFF for word in content.split()]
         return web.json_response({"tokens": tokens})
@@ -448,3 +514,8 @@ def _unit_vector(text: str, dimensions: int) -> list[float]:
     values = [(zlib.crc32(f"{index}:{text}".encode()) / 0xFFFFFFFF) * 2 - 1 for index in range(dimensions)]
     norm = sum(value * value for value in values) ** 0.5 or 1.0
     return [round(value / norm, 6) for value in values]
+
+
+def _logprob(key: str) -> float:
+    """A deterministic logprob in [-4, 0) for `key`."""
+    return -(zlib.crc32(key.encode()) % 1000 + 1) / 250
