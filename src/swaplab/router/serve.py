@@ -140,7 +140,31 @@ def serve(
     # `--db`, else the config's `store.path`, else the default store.
     router = Router(config, state_dir=directory, logs=hub, db=db or config.store_path, listen_host=host)
     reloader = ConfigReloader(router, config_path, port, notes, config_dir)
-    return asyncio.run(_serve(router, host, port, reloader, watch_config))
+    factory, loop_name = event_loop()
+    log.info("event loop: %s", loop_name)
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(_serve(router, host, port, reloader, watch_config))
+
+
+EVENT_LOOP_ENV = "SWAPLAB_EVENT_LOOP"
+
+
+def event_loop() -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
+    """The router's event loop: uvloop's where it is installed (`swaplab[fast]`: libuv's loop relays a
+    streamed chunk for less CPU than asyncio's), else asyncio's own; `SWAPLAB_EVENT_LOOP=asyncio` (or
+    `uvloop`) chooses. Returns the factory for `asyncio.Runner` (None: asyncio's) and what it is."""
+    wanted = os.environ.get(EVENT_LOOP_ENV, "").strip().lower()
+    if wanted not in ("", "auto", "asyncio", "uvloop"):
+        raise SwaplabError(f"{EVENT_LOOP_ENV}={wanted!r}: say asyncio, uvloop or auto")
+    if wanted == "asyncio":
+        return None, f"asyncio (as {EVENT_LOOP_ENV} asks)"
+    try:
+        import uvloop
+    except ImportError:
+        if wanted == "uvloop":
+            raise SwaplabError(f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed: pip install 'swaplab[fast]'") from None
+        return None, "asyncio (uvloop is not installed: pip install 'swaplab[fast]' for a faster one)"
+    return uvloop.new_event_loop, f"uvloop {uvloop.__version__}"
 
 
 async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader, watch: bool) -> int:
