@@ -15,14 +15,17 @@ import asyncio
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from swaplab.catalog.render import ChartCache, SiteRenderer, content_type
-from swaplab.catalog.site import read_site
 from swaplab.config import Config
 from swaplab.errors import SwaplabError
+
+if TYPE_CHECKING:
+    # The renderer (jinja2, markdown-it, pygments, matplotlib) is imported on the first page asked for,
+    # not by every router: a router whose catalogue nobody opens keeps its memory.
+    from swaplab.catalog.render import ChartCache, SiteRenderer
 
 # Charts kept across rebuilds; past this many the cache starts afresh.
 MAX_CACHED_CHARTS = 512
@@ -84,6 +87,9 @@ class LiveCatalog:
             return self._pages[path]
 
     def _rebuild(self, config: Config, stamps: Any) -> None:
+        from swaplab.catalog.render import SiteRenderer
+        from swaplab.catalog.site import read_site
+
         database = self.database if self.database.is_file() else None
         site = read_site(config, config.notes, database)
         if len(self._charts) > MAX_CACHED_CHARTS:
@@ -111,6 +117,8 @@ async def _page(request: web.Request) -> web.Response:
         return web.Response(status=503, text=f"the catalogue cannot be built: {error}\n", headers=NO_CACHE)
     if body is None:
         raise web.HTTPNotFound(text=f"no such page: /catalog/{path}")
+    from swaplab.catalog.render import content_type
+
     return web.Response(body=body, headers={**NO_CACHE, "Content-Type": content_type(path or "index.html")})
 
 
