@@ -1,4 +1,9 @@
-"""The sim's HTTP server: an OpenAI- and Anthropic-compatible backend with exact timing and faults."""
+"""The sim's HTTP server: an OpenAI- and Anthropic-compatible backend with exact timing and faults.
+
+One concept, the simulated backend's HTTP surface (about 520 lines): generation, its
+timing and faults, and the engine endpoints clients and harnesses call beside it
+(tokenize, embeddings, vLLM's scoring API), which share its readiness and its counters.
+"""
 
 from __future__ import annotations
 
@@ -163,8 +168,8 @@ class Sim:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await json_body(request)
-        except BadRequest as bad:
-            return _openai_error(400, str(bad))
+        except BadRequest:
+            body = None  # not JSON (a form, say): _generate records it and answers as it does
         if isinstance(body, dict) and body.get("echo") is True and body.get("logprobs"):
             return self._echo(body)
         return await self._generate(request, "completion")
