@@ -52,7 +52,6 @@ from swaplab.router.proxy import (
     UpstreamError,
     UpstreamPools,
     forward_headers,
-    open_upstream,
     relay,
     relay_reshaped,
 )
@@ -109,6 +108,7 @@ class Forwarder:
         """Where every observed request ends up (`RequestObservation.on_end`)."""
         self._inflight = inflight
         self._captures = captures  # the router's: where requests are captured (None or no budget: none is)
+        self._pools = pools
         self._upstream_session = pools.session
         self._keepalive_clock = KeepAliveClock()
 
@@ -301,13 +301,9 @@ class Forwarder:
                     sent = body
                 observation.sending(sent)
                 try:
-                    upstream = await open_upstream(
-                        self._upstream_session(model.proxy, model.timeouts),
-                        request.method,
-                        model.proxy.rstrip("/") + sent_path,
-                        self._upstream_headers(request, None),
-                        sent,
-                        response_header_timeout=model.timeouts.response_header,
+                    upstream = await self._pools.open(
+                        request.method, model.proxy.rstrip("/") + sent_path, model.timeouts,
+                        self._upstream_headers(request, None), sent,
                     )
                 except UpstreamError as error:
                     if not error.unreachable:
@@ -402,13 +398,9 @@ class Forwarder:
 
         try:
             try:
-                upstream = await open_upstream(
-                    self._upstream_session(peer.proxy, peer.timeouts),
-                    request.method,
-                    peer.proxy.rstrip("/") + path,
-                    self._upstream_headers(request, peer_credentials(peer)),
-                    body,
-                    response_header_timeout=peer.timeouts.response_header,
+                upstream = await self._pools.open(
+                    request.method, peer.proxy.rstrip("/") + path, peer.timeouts,
+                    self._upstream_headers(request, peer_credentials(peer)), body,
                 )
             except UpstreamError as error:
                 return await _failed(

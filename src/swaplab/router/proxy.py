@@ -17,11 +17,13 @@ from collections.abc import Awaitable, Callable, Mapping
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from swaplab.config.model import Timeouts
 from swaplab.router.keepalive import KeepAlive, dialect_of, error_event
 from swaplab.router.observe import RequestObservation
 from swaplab.router.reshape import Reshape
+from swaplab.router.wire import WireError, WirePool, WireResponse, open_wire
 
 log = logging.getLogger("swaplab.router")
 
@@ -121,8 +123,11 @@ class UpstreamPools:
     timeouts gets a new pool while requests in flight finish on the old one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, wire: bool = True) -> None:
         self._sessions: dict[tuple[str, Timeouts], aiohttp.ClientSession] = {}
+        self._wires: dict[tuple[str, int, Timeouts], WirePool] = {}
+        self.wire = wire
+        """Model requests (POST to a plain-http upstream) go on the router's own client (`wire`)."""
 
     def session(self, base_url: str, timeouts: Timeouts) -> aiohttp.ClientSession:
         key = (base_url, timeouts)
@@ -131,8 +136,33 @@ class UpstreamPools:
             session = self._sessions[key] = new_upstream_session(base_url, timeouts)
         return session
 
+    async def open(
+        self, method: str, url: str, timeouts: Timeouts, headers: CIMultiDict[str], body: bytes
+    ) -> aiohttp.ClientResponse | WireResponse:
+        """Send one request upstream and return its answer once its headers are in (`open_upstream`'s contract).
+
+        A POST to an `http://` upstream goes on the router's own client (`wire`), the rest on aiohttp's.
+        """
+        target = URL(url)
+        if self.wire and method == "POST" and target.scheme == "http" and not target.user and target.host:
+            port = target.port or 80
+            key = (target.host, port, timeouts)
+            pool = self._wires.get(key)
+            if pool is None:
+                pool = self._wires[key] = WirePool(target.host, port, timeouts, connect_limit(url, timeouts))
+            try:
+                return await open_wire(pool, method, target, headers, body, timeouts.response_header)
+            except WireError as error:
+                raise UpstreamError(str(error), error.status, unreachable=error.unreachable) from None
+        return await open_upstream(
+            self.session(url, timeouts), method, url, headers, body, response_header_timeout=timeouts.response_header
+        )
+
     async def close(self) -> None:
         """Drop every pool (the router is stopping)."""
+        wires, self._wires = list(self._wires.values()), {}
+        for pool in wires:
+            pool.close()
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             await session.close()
@@ -259,6 +289,17 @@ async def relay(
             chunk = await content.readany()
             if keepalive is not None and not keepalive.quiet():
                 await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
+            if chunk and isinstance(upstream, WireResponse) and request.transport is not None and (
+                response.headers.get("Transfer-Encoding") == "chunked"
+            ):
+                if observation is not None:
+                    observation.on_chunk(chunk)
+                await response.write(chunk)  # with the headers, in one write
+                # The rest goes from the upstream's socket to the client's in the read callback.
+                await upstream.splice(
+                    request.transport, request.writer.drain, observation.on_chunk if observation is not None else None
+                )
+                chunk = b""
             while chunk:
                 if observation is not None:
                     observation.on_chunk(chunk)
