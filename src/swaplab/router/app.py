@@ -64,8 +64,12 @@ ROUTER_KEY = web.AppKey("router", "Router")
 # The most rows or log lines one `?limit=` may ask for.
 MAX_LIMIT = 100_000
 
-# Ended requests are turned into records and metrics this long after the first of a batch.
+# Ended requests are turned into records and metrics this long after the first of a batch,
+# once no request has arrived for QUIET_SECONDS (a burst's bookkeeping must not land in the
+# middle of the next burst), and at the latest MAX_BOOKKEEPING_DELAY after that first one.
 BOOKKEEPING_SECONDS = 0.05
+QUIET_SECONDS = 0.01
+MAX_BOOKKEEPING_DELAY = 0.5
 
 
 class Router:
@@ -104,6 +108,7 @@ class Router:
         self._background: set[asyncio.Task[Any]] = set()
         self._ended: list[RequestObservation] = []
         self._bookkeeping: asyncio.TimerHandle | None = None
+        self._first_ended = 0.0
 
     @property
     def config(self) -> Config:
@@ -200,7 +205,18 @@ class Router:
         self.inflight.remove(observation)
         self._ended.append(observation)
         if self._bookkeeping is None:
-            self._bookkeeping = asyncio.get_running_loop().call_later(BOOKKEEPING_SECONDS, self.bookkeep)
+            self._first_ended = time.monotonic()
+            self._bookkeeping = asyncio.get_running_loop().call_later(BOOKKEEPING_SECONDS, self._bookkeep_when_quiet)
+
+    def _bookkeep_when_quiet(self) -> None:
+        """The batch's timer: `bookkeep` now if no request arrived for QUIET_SECONDS (or it waited long enough)."""
+        self._bookkeeping = None
+        now = time.monotonic()
+        quiet = now - self.inflight.arrived
+        if quiet < QUIET_SECONDS and now - self._first_ended < MAX_BOOKKEEPING_DELAY:
+            self._bookkeeping = asyncio.get_running_loop().call_later(QUIET_SECONDS - quiet, self._bookkeep_when_quiet)
+            return
+        self.bookkeep()
 
     def bookkeep(self) -> None:
         """Turn the ended requests into records: the activity table (written by its thread), /metrics, captures.

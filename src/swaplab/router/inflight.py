@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -60,12 +61,15 @@ class InFlight:
         self._flights: dict[int, Flight] = {}
         self._ids = itertools.count(1)
         self._ticker: asyncio.TimerHandle | None = None
+        self.arrived = 0.0
+        """When the latest request arrived (time.monotonic()): the router's bookkeeping waits for a quiet moment."""
 
     def __len__(self) -> int:
         return len(self._flights)
 
     def add(self, observation: RequestObservation, request: web.Request) -> None:
         """A request arrived (on its own handler task)."""
+        self.arrived = time.monotonic()
         flight = observation.flight = Flight(next(self._ids), observation, request, asyncio.current_task())
         self._flights[flight.id] = flight
         if self._events.listening:

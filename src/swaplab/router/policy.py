@@ -20,6 +20,7 @@ to every request before any handler or key check runs, and handlers never re-che
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -141,6 +142,7 @@ def classify(facts: Facts, security: Security) -> Caller:
     return Caller.FOREIGN
 
 
+@functools.lru_cache(maxsize=1024)  # every request asks, about the same few names
 def is_loopback_host(host: str) -> bool:
     """`localhost`, a `*.localhost` name (RFC 6761: always loopback), or a loopback address."""
     host = host.strip("[]").lower().rstrip(".")
@@ -157,6 +159,7 @@ def is_loopback_listen(host: str) -> bool:
     return is_loopback_host(host)
 
 
+@functools.lru_cache(maxsize=1024)
 def split_host(header: str) -> tuple[str, int | None]:
     """A `Host` header's name (lower-cased, brackets of IPv6 kept off) and port."""
     header = header.strip().lower()
@@ -171,6 +174,7 @@ def split_host(header: str) -> tuple[str, int | None]:
     return name.rstrip("."), port
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_address(name: str) -> bool:
     """An address written as such: no DNS answer stands behind it, so no rebinding either."""
     try:

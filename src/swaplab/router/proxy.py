@@ -176,7 +176,7 @@ def forward_headers(incoming: Mapping[str, str], extra: Mapping[str, str] | None
     name. (Cheaper than the session's `skip_auto_headers`, which costs every request a
     sorted copy of its headers.)
     """
-    headers = CIMultiDict((k, v) for k, v in incoming.items() if k.lower() not in HOP_BY_HOP)
+    headers = CIMultiDict([(k, v) for k, v in incoming.items() if k.lower() not in HOP_BY_HOP])
     if "Accept-Encoding" not in headers:
         headers["Accept-Encoding"] = "identity"
     if extra:
@@ -289,16 +289,21 @@ async def relay(
             chunk = await content.readany()
             if keepalive is not None and not keepalive.quiet():
                 await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
+            last = b""
             if chunk and isinstance(upstream, WireResponse) and request.transport is not None and (
                 response.headers.get("Transfer-Encoding") == "chunked"
             ):
                 if observation is not None:
                     observation.on_chunk(chunk)
-                await response.write(chunk)  # with the headers, in one write
-                # The rest goes from the upstream's socket to the client's in the read callback.
-                await upstream.splice(
-                    request.transport, request.writer.drain, observation.on_chunk if observation is not None else None
-                )
+                if upstream.complete:  # the whole answer is here: headers, body and end in one write
+                    last = chunk
+                else:
+                    await response.write(chunk)  # with the headers, in one write
+                    # The rest goes from the upstream's socket to the client's in the read callback.
+                    last = await upstream.splice(
+                        request.transport, request.writer.drain,
+                        observation.on_chunk if observation is not None else None,
+                    )
                 chunk = b""
             while chunk:
                 if observation is not None:
@@ -328,7 +333,7 @@ async def relay(
             await response.write(event)
             await response.write_eof()
             return response, False
-        await response.write_eof()
+        await response.write_eof(last)
         completed = True
         return response, True
     except (asyncio.CancelledError, ConnectionResetError):

@@ -151,6 +151,10 @@ class Connection(asyncio.Protocol):
     def __init__(self, pool: WirePool):
         self.pool = pool
         self.transport: asyncio.Transport | None = None
+        # llhttp hands the body over piece by piece (an HTTP chunk each); the pieces of one
+        # read are gathered by a C call and handled once, after the parser returns.
+        self.bodies: list[bytes] = []
+        self.on_body = self.bodies.append
         self.parser = httptools.HttpResponseParser(self)
         self.response: WireResponse | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -177,21 +181,31 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as error:
+            self.bodies.clear()
             response.broken(f"the upstream's answer is not valid HTTP ({error})")
             self.close()
             return
-        frames = response.frames
-        if frames:
-            sink = response.sink
-            out = frames[0] if len(frames) == 1 else b"".join(frames)
-            frames.clear()
-            if sink.is_closing():  # the client left; the handler's cancel closes this connection
-                self.transport.pause_reading()  # type: ignore[union-attr]
-                return
-            sink.write(out)
-            if sink.get_write_buffer_size() > response.sink_limit:
-                self.transport.pause_reading()  # type: ignore[union-attr]
-                response.wake(drain=True)
+        if self.bodies:
+            self._hand_over(response)
+
+    def _hand_over(self, response: WireResponse) -> None:
+        """The body read so far: to the client's socket when spliced, else to the reader."""
+        bodies = self.bodies
+        body = bodies[0] if len(bodies) == 1 else b"".join(bodies)
+        bodies.clear()
+        sink = response.sink
+        if sink is None:
+            response.feed(body)
+            return
+        if response.observe is not None:
+            response.observe(body)
+        if sink.is_closing():  # the client left; the handler's cancel closes this connection
+            self.transport.pause_reading()  # type: ignore[union-attr]
+            return
+        sink.write(b"%x\r\n%b\r\n" % (len(body), body))  # one HTTP chunk per read
+        if sink.get_write_buffer_size() > response.sink_limit:
+            self.transport.pause_reading()  # type: ignore[union-attr]
+            response.wake(drain=True)
 
     def connection_lost(self, error: Exception | None) -> None:
         self.pool.forget(self)
@@ -226,20 +240,19 @@ class Connection(asyncio.Protocol):
         response.headers_arrived(status, self._reason, self._headers)
         self._headers, self._reason = [], ""
 
-    def on_body(self, body: bytes) -> None:
-        response = self.response
-        if response.sink is not None:  # type: ignore[union-attr]
-            observe = response.observe  # type: ignore[union-attr]
-            if observe is not None:
-                observe(body)
-            response.frames.append(b"%x\r\n%b\r\n" % (len(body), body))  # type: ignore[union-attr]
-        else:
-            response.feed(body)  # type: ignore[union-attr]
-
     def on_message_complete(self) -> None:
         response = self.response
         if response is None or not response.has_headers:  # the end of a 1xx
             return
+        if self.bodies:
+            if response.sink is not None:  # the body's last piece goes with the client's end of body, in one write
+                bodies = self.bodies
+                response.tail = bodies[0] if len(bodies) == 1 else b"".join(bodies)
+                bodies.clear()
+                if response.observe is not None:
+                    response.observe(response.tail)
+            else:
+                self._hand_over(response)
         response.finished(self.parser.should_keep_alive())
 
     # the pool's side
@@ -272,7 +285,7 @@ class WireResponse:
 
     __slots__ = (
         "connection", "url", "status", "reason", "headers", "content_type", "content_length", "content",
-        "has_headers", "complete", "received", "keep_alive", "sink", "sink_limit", "frames", "observe",
+        "has_headers", "complete", "received", "keep_alive", "sink", "sink_limit", "observe", "tail",
         "_headers_waiter", "_error", "_buffer", "_buffered", "_waiter", "_drain", "_closed", "_paused",
     )
 
@@ -291,8 +304,9 @@ class WireResponse:
         self.keep_alive = False
         self.sink: asyncio.Transport | None = None
         self.sink_limit = 0
-        self.frames: list[bytes] = []
         self.observe: Callable[[bytes], None] | None = None
+        self.tail = b""
+        """The last piece of a spliced body, left for the relay to send with the end of the client's body."""
         self._headers_waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._error: BaseException | None = None
         self._buffer: list[bytes] = []
@@ -393,10 +407,13 @@ class WireResponse:
                 self.connection.transport.resume_reading()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def splice(self, sink: asyncio.Transport, drain: Callable[[], object], observe: Callable[[bytes], None] | None) -> None:
+    async def splice(
+        self, sink: asyncio.Transport, drain: Callable[[], object], observe: Callable[[bytes], None] | None
+    ) -> bytes:
         """Copy the rest of a chunked body straight to `sink` (the client's transport, its headers sent), in HTTP chunks.
 
-        Returns at the body's end; raises `aiohttp.ClientPayloadError` if the upstream
+        Returns at the body's end, with its last piece (`tail`), which is the caller's to
+        send with the client's end of body (one write for both); raises `aiohttp.ClientPayloadError` if the upstream
         breaks off. `drain` is the client writer's (awaited while its buffer is full);
         `observe` sees every chunk as relayed.
         """
@@ -423,6 +440,8 @@ class WireResponse:
         finally:
             self.sink = None
             self.observe = None
+        tail, self.tail = self.tail, b""
+        return tail
 
     @property
     def closed(self) -> bool:
