@@ -406,3 +406,36 @@ async def test_keepalive_and_idle_limit_apply_to_wire_connections(streaming):
     finally:
         wire.WirePool.connection = original
         await pools.close()
+
+
+async def test_a_body_without_a_length_ends_where_the_upstream_closes():
+    def script(number, head, transport):
+        transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + event(0))
+        loop = asyncio.get_running_loop()
+        loop.call_soon(transport.write, event(1))
+        loop.call_soon(transport.close)
+
+    async with RawUpstream(script) as upstream, Front(upstream) as front, aiohttp.ClientSession() as client:
+        async with client.post(front.url + "/v1/chat/completions", data=b"{}") as answer:
+            assert await answer.read() == event(0) + event(1)  # whole, no error event after it
+        await asyncio.wait_for(front.ended.wait(), 5)
+        assert front.observations[-1]._completed and front.observations[-1]._error is None
+
+
+async def test_bytes_after_an_answer_are_not_taken_for_the_next_one():
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    def script(number, head, transport):
+        transport.write(answer + answer)  # one request, two answers: the connection is not pooled
+
+    async with RawUpstream(script) as upstream:
+        pools = UpstreamPools()
+        try:
+            first = await pools.open("POST", upstream + "/x", Timeouts(), forward_headers({}), b"")
+            assert await first.read() == b"ok"
+            first.release()
+            second = await pools.open("POST", upstream + "/x", Timeouts(), forward_headers({}), b"")
+            assert await second.read() == b"ok"
+            second.release()
+        finally:
+            await pools.close()

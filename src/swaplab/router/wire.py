@@ -174,7 +174,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         response = self.response
-        if response is None:  # bytes on an idle connection: it cannot be trusted again
+        if response is None or response.complete:  # bytes after an answer: the connection cannot be trusted again
             self.close()
             return
         response.received = True
@@ -186,7 +186,10 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         if self.bodies:
-            self._hand_over(response)
+            if response.complete:  # what came after the answer is no part of it
+                self.bodies.clear()
+            else:
+                self._hand_over(response)
 
     def _hand_over(self, response: WireResponse) -> None:
         """The body read so far: to the client's socket when spliced, else to the reader."""
@@ -213,7 +216,13 @@ class Connection(asyncio.Protocol):
             self._idle_timer.cancel()
             self._idle_timer = None
         response, self.response = self.response, None
-        if response is not None and not response.complete:
+        if response is not None and not response.complete and response.until_close and error is None and (
+            not response.closed
+        ):  # a body without a length ends where the upstream closes (llhttp is not told of the end)
+            if self.bodies:
+                self._hand_over(response)
+            response.finished(False)
+        elif response is not None and not response.complete:
             response.broken("the upstream closed the connection mid-response" if response.has_headers
                             else "the upstream closed the connection before answering", error)
         self.transport = None
@@ -234,6 +243,9 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         response = self.response
         status = self.parser.get_status_code()
+        if response is not None and response.has_headers:  # a second answer to one request: not pooled
+            self.close()
+            return
         if response is None or status < 200:  # 1xx: an interim answer; the real one follows
             self._headers, self._reason = [], ""
             return
@@ -243,6 +255,9 @@ class Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         response = self.response
         if response is None or not response.has_headers:  # the end of a 1xx
+            return
+        if response.complete:  # the end of a second answer (the connection is closing)
+            self.bodies.clear()
             return
         if self.bodies:
             if response.sink is not None:  # the body's last piece goes with the client's end of body, in one write
@@ -285,7 +300,7 @@ class WireResponse:
 
     __slots__ = (
         "connection", "url", "status", "reason", "headers", "content_type", "content_length", "content",
-        "has_headers", "complete", "received", "keep_alive", "sink", "sink_limit", "observe", "tail",
+        "has_headers", "complete", "received", "keep_alive", "sink", "sink_limit", "observe", "tail", "until_close",
         "_headers_waiter", "_error", "_buffer", "_buffered", "_waiter", "_drain", "_closed", "_paused",
     )
 
@@ -305,6 +320,8 @@ class WireResponse:
         self.sink: asyncio.Transport | None = None
         self.sink_limit = 0
         self.observe: Callable[[bytes], None] | None = None
+        self.until_close = False
+        """The body has neither a length nor chunks: it ends when the upstream closes the connection."""
         self.tail = b""
         """The last piece of a spliced body, left for the relay to send with the end of the client's body."""
         self._headers_waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -327,6 +344,10 @@ class WireResponse:
         length = self.headers.get("Content-Length")
         if length is not None and length.isdigit():
             self.content_length = int(length)
+        self.until_close = (
+            self.content_length is None and status not in (204, 304)
+            and "chunked" not in self.headers.get("Transfer-Encoding", "").lower()
+        )
         self.has_headers = True
         if not self._headers_waiter.done():
             self._headers_waiter.set_result(None)
