@@ -11,7 +11,7 @@ import pytest
 
 from observed_proxy import RelayProxy
 from procs import SwaplabProcess, eventually, free_port, http_status, wait_until
-from swaplab.router.captures import PendingCapture
+from swaplab.router.captures import CaptureStore, PendingCapture
 from swaplab.router.observe import HEAD_BYTES, TAIL_BYTES, RequestObservation, token_counts
 
 CHAT = [{"role": "user", "content": "Write a long story about a dragon."}]
@@ -385,3 +385,28 @@ def test_speculative_decoding_counts_from_llamacpp_timings_and_vllm_metrics():
     assert (counts.completion_tokens, counts.draft_tokens, counts.draft_accepted_tokens) == (5, 8, 6)
     assert token_counts(b"{}", b"{}").draft_tokens is None
 
+
+
+def test_requests_captured_at_once_hold_no_more_than_the_budget_together():
+    """256 long streams captured at once must not hold 256 budgets: the one that takes the total over is given up."""
+    store = CaptureStore(1)  # 1 MiB
+    chunk = b"data: " + b"x" * 4090 + b"\n\n"  # 4 KiB
+    observations = [
+        RequestObservation("m", "/p", capture=PendingCapture(i, "POST", "/p", {}, store.budget, store))
+        for i in range(3)
+    ]
+    for observation in observations:
+        observation.on_headers(200, "text/event-stream")
+    for _ in range(100):  # 400 KiB each, interleaved: 1.2 MiB together
+        for observation in observations:
+            observation.on_chunk(chunk)
+    assert store.held <= store.budget
+    given_up = [o for o in observations if o.pending.chunks is None]
+    assert len(given_up) == 1 and "at once" in given_up[0].pending.reason
+    for observation in observations:
+        observation.end(completed=True)
+        observation.record()
+    kept = [observation.capture() for observation in observations]
+    assert [capture is not None for capture in kept] == [o not in given_up for o in observations]
+    assert all(len(capture.response_body) == 100 * len(chunk) for capture in kept if capture is not None)
+    assert store.held == 0  # built or given up, nothing counts any more

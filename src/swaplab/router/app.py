@@ -241,6 +241,8 @@ class Router:
                         self.captures.add(capture)
             except Exception:  # recording must never break the router
                 log.exception("recording the activity of %s %s failed", observation.model, observation.path)
+                if observation.pending is not None:
+                    observation.pending.release()  # what it held for its capture counts no more
                 continue
             self.activity.submit(record)
             self.metrics.observe_request(record)

@@ -80,12 +80,20 @@ class PendingCapture:
     The observation keeps its last chunks itself; what leaves that window lands in
     `chunks` (references, never copies), until more than `limit` bytes would be held:
     then `chunks` becomes None and the capture is given up, as one over the whole budget
-    would not be kept anyway.
+    would not be kept anyway. With a `store`, what all the requests being captured hold
+    together is bounded by its budget too (256 long streams must not hold 256 budgets):
+    the one whose chunks would take the total over it is given up.
     """
 
-    __slots__ = ("id", "method", "path", "request_headers", "request_body", "chunks", "held", "limit", "trailer")
+    __slots__ = (
+        "id", "method", "path", "request_headers", "request_body", "chunks", "held", "limit", "trailer", "store",
+        "reason",
+    )
 
-    def __init__(self, capture_id: int, method: str, path: str, request_headers: Mapping[str, str], limit: int):
+    def __init__(
+        self, capture_id: int, method: str, path: str, request_headers: Mapping[str, str], limit: int,
+        store: CaptureStore | None = None,
+    ):
         self.id = capture_id
         self.method = method
         self.path = path
@@ -95,14 +103,38 @@ class PendingCapture:
         self.held = 0
         self.limit = limit
         self.trailer = b""  # what the router itself wrote after the relayed bytes (an error event, its own answer)
+        self.store = store
+        self.reason = ""
+
+    def hold(self, size: int) -> None:
+        """`size` more bytes are kept for the capture; past its limit, or the store's, it is given up."""
+        self.held += size
+        store = self.store
+        if store is not None:
+            store.held += size
+        if self.held > self.limit:
+            self.give_up(f"its response alone is more than all of captureBuffer ({self.limit} bytes)")
+        elif store is not None and store.held > store.budget:
+            self.give_up(f"the requests being captured at once held more than captureBuffer ({store.budget} bytes)")
+
+    def give_up(self, reason: str) -> None:
+        self.chunks = None
+        self.reason = reason
+        self.release()
+
+    def release(self) -> None:
+        """What it holds no longer counts against the store's budget."""
+        if self.store is not None:
+            self.store.held -= self.held
+        self.held = 0
 
     def build(
         self, tail: Iterable[bytes], status: int, response_headers: Iterable[tuple[str, str]], secrets: Iterable[str]
     ) -> Capture | None:
         """The capture, with `tail` (the chunks the observation still holds) after the ones let go; None if given up."""
+        self.release()
         if self.chunks is None:
-            log.debug("capture %d not kept: its response alone is more than all of captureBuffer (%d bytes)",
-                      self.id, self.limit)
+            log.debug("capture %d not kept: %s", self.id, self.reason)
             return None
         secrets = tuple(secrets)
         body = b"".join([*self.chunks, *tail, self.trailer])
@@ -127,6 +159,8 @@ class CaptureStore:
     def __init__(self, budget_mib: int):
         self.budget = max(0, budget_mib) * MIB
         self.size = 0
+        self.held = 0
+        """Bytes the requests being captured hold for their captures now (`PendingCapture.hold`)."""
         self._captures: OrderedDict[int, tuple[Capture, int]] = OrderedDict()  # id -> (capture, its size)
         self._prefix = random.getrandbits(PREFIX_BITS)
         self._counter = 0

@@ -146,7 +146,9 @@ class RequestObservation:
         """The observation of a request the router forwards, captured while `captures` has a budget."""
         pending = None
         if captures is not None and captures.enabled:
-            pending = PendingCapture(captures.new_id(), request.method, request.path, request.headers, captures.budget)
+            pending = PendingCapture(
+                captures.new_id(), request.method, request.path, request.headers, captures.budget, captures
+            )
         return cls(
             model, path, peer, requested_model=requested_model, on_end=on_end, request_headers=request.headers,
             session_headers=session_headers, capture=pending, metadata=metadata,
@@ -228,9 +230,7 @@ class RequestObservation:
             else:
                 self._gap = True
         if kept is not None:  # counted per trim, not per chunk: at most 2 * TAIL_BYTES past the limit
-            pending.held += before - self._tail_bytes  # type: ignore[union-attr]
-            if pending.held > pending.limit:  # type: ignore[union-attr]
-                pending.chunks = None  # type: ignore[union-attr]
+            pending.hold(before - self._tail_bytes)  # type: ignore[union-attr]
 
     @property
     def retained_bytes(self) -> int:
