@@ -23,7 +23,7 @@ from swaplab.config.model import Timeouts
 from swaplab.router.keepalive import KeepAlive, dialect_of, error_event
 from swaplab.router.observe import RequestObservation
 from swaplab.router.reshape import Reshape
-from swaplab.router.wire import WireError, WirePool, WireResponse, open_wire
+from swaplab.router.wire import WireError, WirePool, WireResponse, open_wire, set_keepalive
 
 log = logging.getLogger("swaplab.router")
 
@@ -45,8 +45,6 @@ HOP_BY_HOP = frozenset(
 RETRY_BEFORE_RESPONSE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 ATTEMPTS = 3
 NO_IDLE_LIMIT = 24 * 3600.0
-# Unanswered keep-alive probes before a connection counts as dead (Go's default, and Linux's is 9 too).
-KEEPALIVE_PROBES = 9
 
 
 class UpstreamError(Exception):
@@ -98,19 +96,11 @@ def connect_limit(base_url: str, timeouts: Timeouts) -> float | None:
 
 def _keepalive_sockets(interval: float) -> Callable[[tuple], socket.socket]:
     """A socket factory that turns TCP keep-alive on: probes after `interval` idle seconds, then every `interval`."""
-    seconds = max(1, round(interval))
 
     def make(address_info: tuple) -> socket.socket:
         family, kind, protocol = address_info[0], address_info[1], address_info[2]
         sock = socket.socket(family=family, type=kind, proto=protocol)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        idle_option = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)  # macOS
-        if idle_option is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, idle_option, seconds)
-        if hasattr(socket, "TCP_KEEPINTVL"):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, seconds)
-        if hasattr(socket, "TCP_KEEPCNT"):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+        set_keepalive(sock, interval)
         return sock
 
     return make

@@ -32,7 +32,7 @@ from yarl import URL
 
 from swaplab.config.model import Timeouts
 
-# Unanswered keep-alive probes before a connection counts as dead (as proxy.KEEPALIVE_PROBES).
+# Unanswered keep-alive probes before a connection counts as dead (Go's default, and Linux's is 9 too).
 KEEPALIVE_PROBES = 9
 NO_IDLE_LIMIT = 24 * 3600.0
 ATTEMPTS = 3
@@ -107,7 +107,7 @@ class WirePool:
             reason = error.strerror or str(error)
             raise WireError(f"cannot connect to {self.host}:{self.port} ({reason})", unreachable=True) from None
         if self.timeouts.keepalive:
-            _keepalive(connection.transport.get_extra_info("socket"), self.timeouts.keepalive)
+            set_keepalive(connection.transport.get_extra_info("socket"), self.timeouts.keepalive)
         return connection, False
 
     def put(self, connection: Connection) -> None:
@@ -130,7 +130,7 @@ class WirePool:
         self._idle.clear()
 
 
-def _keepalive(sock: socket.socket | None, interval: float) -> None:
+def set_keepalive(sock: socket.socket | None, interval: float) -> None:
     """TCP keep-alive on `sock`: probes after `interval` idle seconds, then every `interval` (Go's dialer's)."""
     if sock is None:
         return
