@@ -439,3 +439,37 @@ async def test_bytes_after_an_answer_are_not_taken_for_the_next_one():
             second.release()
         finally:
             await pools.close()
+
+
+async def test_what_arrived_after_the_first_read_is_relayed_too(monkeypatch):
+    """The relay may wait between its first read and the splice (a heartbeat being stopped): the answer
+    can end meanwhile, its rest in the reader's buffer, and all of it must still reach the client."""
+    pieces = [event(0), event(1), b"data: [DONE]\n\n"]
+
+    def script(number, head, transport):  # one write per piece, so the reader holds them apart
+        loop = asyncio.get_running_loop()
+        transport.write(STREAM_HEAD + chunk(pieces[0]))
+        for delay, piece in enumerate(pieces[1:], 1):
+            loop.call_later(0.01 * delay, transport.write, chunk(piece))
+        loop.call_later(0.05, transport.write, b"0\r\n\r\n")
+
+    original = WireResponse.readany
+
+    async def first_piece_only(self):  # the first read returned before the rest arrived
+        while not self.complete:
+            await self._wait()
+        first = self._buffer.pop(0)
+        self._buffered -= len(first)
+        return first
+
+    class Slow(Front):
+        async def handle(self, request):
+            monkeypatch.setattr(WireResponse, "readany", first_piece_only)
+            try:
+                return await super().handle(request)
+            finally:
+                monkeypatch.setattr(WireResponse, "readany", original)
+
+    async with RawUpstream(script) as upstream, Slow(upstream) as front, aiohttp.ClientSession() as client:
+        async with client.post(front.url + "/v1/chat/completions", data=b"{}") as answer:
+            assert await answer.read() == b"".join(pieces)

@@ -285,7 +285,7 @@ async def relay(
             ):
                 if observation is not None:
                     observation.on_chunk(chunk)
-                if upstream.complete:  # the whole answer is here: headers, body and end in one write
+                if upstream.complete and not upstream.buffered:  # all of it is here: headers, body and end in one write
                     last = chunk
                 else:
                     await response.write(chunk)  # with the headers, in one write

@@ -465,6 +465,11 @@ class WireResponse:
         return tail
 
     @property
+    def buffered(self) -> int:
+        """Bytes of the body read from the upstream and not yet taken (a keep-alive's stop may have let more in)."""
+        return self._buffered
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
