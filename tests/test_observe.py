@@ -410,3 +410,35 @@ def test_requests_captured_at_once_hold_no_more_than_the_budget_together():
     assert [capture is not None for capture in kept] == [o not in given_up for o in observations]
     assert all(len(capture.response_body) == 100 * len(chunk) for capture in kept if capture is not None)
     assert store.held == 0  # built or given up, nothing counts any more
+
+
+def test_captures_of_ended_requests_make_no_room_shortage_for_the_running_ones():
+    """Ended requests wait for the bookkeeping batch: until it runs, the newest of them win, as in the store,
+    and a request still running is not given up because older, finished ones have not been stored yet."""
+    store = CaptureStore(1)  # 1 MiB
+    chunk = b"data: " + b"x" * 4090 + b"\n\n"  # 4 KiB
+
+    def streamed(capture_id: int) -> RequestObservation:  # 400 KiB, alone
+        pending = PendingCapture(capture_id, "POST", "/p", {}, store.budget, store)
+        observation = RequestObservation("m", "/p", capture=pending)
+        observation.on_headers(200, "text/event-stream")
+        for _ in range(100):
+            observation.on_chunk(chunk)
+        return observation
+
+    first = streamed(1)
+    first.end(completed=True)
+    second = streamed(2)
+    second.end(completed=True)
+    third = streamed(3)  # 1.2 MiB with the two ended ones, none of which the batch has stored yet
+    assert third.pending.chunks is not None, third.pending.reason
+    third.end(completed=True)
+    assert store.arriving <= store.budget and store.held == 0
+    assert first.pending.chunks is None and "newer" in first.pending.reason
+    for observation in (first, second, third):
+        observation.record()
+        capture = observation.capture()
+        if capture is not None:
+            store.add(capture)
+    assert [capture_id in store for capture_id in (1, 2, 3)] == [False, True, True]
+    assert store.held == 0 and store.arriving == 0

@@ -82,12 +82,15 @@ class PendingCapture:
     then `chunks` becomes None and the capture is given up, as one over the whole budget
     would not be kept anyway. With a `store`, what all the requests being captured hold
     together is bounded by its budget too (256 long streams must not hold 256 budgets):
-    the one whose chunks would take the total over it is given up.
+    the one whose chunks would take the total over it is given up. Once its request has
+    ended (`arrive`) it waits for the bookkeeping batch among the store's arrivals, where
+    the newest win as they do in the store: what has ended no longer takes room from the
+    requests still running.
     """
 
     __slots__ = (
         "id", "method", "path", "request_headers", "request_body", "chunks", "held", "limit", "trailer", "store",
-        "reason",
+        "reason", "arrived",
     )
 
     def __init__(
@@ -105,6 +108,7 @@ class PendingCapture:
         self.trailer = b""  # what the router itself wrote after the relayed bytes (an error event, its own answer)
         self.store = store
         self.reason = ""
+        self.arrived = False
 
     def hold(self, size: int) -> None:
         """`size` more bytes are kept for the capture; past its limit, or the store's, it is given up."""
@@ -122,10 +126,19 @@ class PendingCapture:
         self.reason = reason
         self.release()
 
+    def arrive(self) -> None:
+        """Its request has ended: it waits for the batch among the store's arrivals, no longer in flight."""
+        if self.store is not None and not self.arrived and self.chunks is not None:
+            self.store.arrive(self)
+
     def release(self) -> None:
         """What it holds no longer counts against the store's budget."""
-        if self.store is not None:
-            self.store.held -= self.held
+        store = self.store
+        if store is not None:
+            if self.arrived:
+                store.departed(self)
+            else:
+                store.held -= self.held
         self.held = 0
 
     def build(
@@ -161,6 +174,9 @@ class CaptureStore:
         self.size = 0
         self.held = 0
         """Bytes the requests being captured hold for their captures now (`PendingCapture.hold`)."""
+        self.arriving = 0
+        """Bytes the captures of ended requests hold until the bookkeeping batch builds them."""
+        self._arrivals: OrderedDict[int, PendingCapture] = OrderedDict()
         self._captures: OrderedDict[int, tuple[Capture, int]] = OrderedDict()  # id -> (capture, its size)
         self._prefix = random.getrandbits(PREFIX_BITS)
         self._counter = 0
@@ -196,6 +212,26 @@ class CaptureStore:
         self._captures[capture.id] = (capture, size)
         self.size += size
         return True
+
+    def arrive(self, pending: PendingCapture) -> None:
+        """`pending`'s request ended: its bytes move from the ones in flight to the arrivals,
+        where, as in the store, the oldest are given up while all of them are over the budget."""
+        self.held -= pending.held
+        self.arriving += pending.held
+        pending.arrived = True
+        self._arrivals[pending.id] = pending
+        while self.arriving > self.budget and len(self._arrivals) > 1:
+            _, oldest = self._arrivals.popitem(last=False)
+            self.arriving -= oldest.held
+            oldest.held = 0
+            oldest.arrived = False  # nothing to give back any more
+            oldest.give_up("newer captures needed the room before it was stored")
+
+    def departed(self, pending: PendingCapture) -> None:
+        """An arrival was built or given up: what it held counts no more."""
+        if self._arrivals.pop(pending.id, None) is not None:
+            self.arriving -= pending.held
+        pending.arrived = False
 
     def get(self, capture_id: int) -> Capture | None:
         held = self._captures.get(capture_id)

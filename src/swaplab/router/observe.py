@@ -254,6 +254,8 @@ class RequestObservation:
         self._completed = completed
         self._disconnected = disconnected
         self._error = error
+        if self.pending is not None:
+            self.pending.arrive()  # its bytes no longer take room from the requests still running
         if self.on_end is not None:
             try:
                 self.on_end(self)
