@@ -34,6 +34,7 @@ from swaplab.results.store import connect
 from swaplab.results.writer import ActivityWriter
 from swaplab.router.api import LlamaSwapApi
 from swaplab.router.auth import api_key_middleware
+from swaplab.router.batch import Batch
 from swaplab.router.captures import CaptureStore
 from swaplab.router.events import EventHub
 from swaplab.router.forward import Forwarder
@@ -65,11 +66,13 @@ ROUTER_KEY = web.AppKey("router", "Router")
 MAX_LIMIT = 100_000
 
 # Ended requests are turned into records and metrics this long after the first of a batch,
-# once no request has arrived for QUIET_SECONDS (a burst's bookkeeping must not land in the
-# middle of the next burst), and at the latest MAX_BOOKKEEPING_DELAY after that first one.
+# once no request has arrived or ended for QUIET_SECONDS (a burst's bookkeeping must not
+# land in the middle of the next burst), BOOKKEEPING_SLICE of them per turn of the loop,
+# none waiting for quiet more than MAX_BOOKKEEPING_DELAY (router/batch.py).
 BOOKKEEPING_SECONDS = 0.05
 QUIET_SECONDS = 0.01
 MAX_BOOKKEEPING_DELAY = 0.5
+BOOKKEEPING_SLICE = 32
 
 
 class Router:
@@ -106,9 +109,10 @@ class Router:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
         self._background: set[asyncio.Task[Any]] = set()
-        self._ended: list[RequestObservation] = []
-        self._bookkeeping: asyncio.TimerHandle | None = None
-        self._first_ended = 0.0
+        self._ended: Batch[RequestObservation] = Batch(
+            self._bookkeep, lambda: self.inflight.arrived, delay=BOOKKEEPING_SECONDS, quiet=QUIET_SECONDS,
+            patience=MAX_BOOKKEEPING_DELAY, size=BOOKKEEPING_SLICE,
+        )
 
     @property
     def config(self) -> Config:
@@ -201,34 +205,21 @@ class Router:
                 self.events.publish("activity", {"id": row_id})
 
     def _record(self, observation: RequestObservation) -> None:
-        """Where every proxied request ends up: noted now, recorded in the next batch."""
+        """Where every proxied request ends up: noted now, recorded in a batch a moment later."""
         self.inflight.remove(observation)
-        self._ended.append(observation)
-        if self._bookkeeping is None:
-            self._first_ended = time.monotonic()
-            self._bookkeeping = asyncio.get_running_loop().call_later(BOOKKEEPING_SECONDS, self._bookkeep_when_quiet)
-
-    def _bookkeep_when_quiet(self) -> None:
-        """The batch's timer: `bookkeep` now if no request arrived for QUIET_SECONDS (or it waited long enough)."""
-        self._bookkeeping = None
-        now = time.monotonic()
-        quiet = now - self.inflight.arrived
-        if quiet < QUIET_SECONDS and now - self._first_ended < MAX_BOOKKEEPING_DELAY:
-            self._bookkeeping = asyncio.get_running_loop().call_later(QUIET_SECONDS - quiet, self._bookkeep_when_quiet)
-            return
-        self.bookkeep()
+        self._ended.add(observation)
 
     def bookkeep(self) -> None:
-        """Turn the ended requests into records: the activity table (written by its thread), /metrics, captures.
+        """Turn every ended request into its records now. Whatever reads the figures calls this first."""
+        self._ended.drain()
+
+    def _bookkeep(self, ended: list[RequestObservation]) -> None:
+        """Turn ended requests into records: the activity table (written by its thread), /metrics, captures.
 
         Reading a response's usage and updating the metrics cost more than relaying it
         did; done in a batch a moment later, that work never sits between a burst of
-        requests and their first bytes. Whatever reads the figures calls this first.
+        requests and their first bytes.
         """
-        if self._bookkeeping is not None:
-            self._bookkeeping.cancel()
-            self._bookkeeping = None
-        ended, self._ended = self._ended, []
         secrets: tuple[str, ...] | None = None
         for observation in ended:
             try:
