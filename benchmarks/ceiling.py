@@ -567,7 +567,8 @@ def build_rows(raw: dict, names: list[str], settings: Settings) -> list[Row]:
         return {name: {w: [ms_per_1000(m, w) for m in raw[measure][name][:rounds]] for w in who}
                 for name in names}
 
-    for q, label in ((0.5, "p50"), (0.99, "p99")):
+    ran = settings.measures
+    for q, label in ((0.5, "p50"), (0.99, "p99")) if "burst" in ran else ():
         values = {}
         for name in names:
             per_round = [percentile(m["ttfb"], q) * 1e3 for m in raw["burst"][name][:rounds]]
@@ -589,14 +590,14 @@ def build_rows(raw: dict, names: list[str], settings: Settings) -> list[Row]:
 
     for streams in CEILING_STREAMS:
         key = f"ceiling{streams}"
-        rows.append(Row(f"ceiling, {streams} streams (k chunks/s)", rate(key), cpu_of(key), core(key)))
-    last = f"ceiling{CEILING_STREAMS[-1]}"
-    rows.append(Row(f"proxy CPU ms/1k chunks, {CEILING_STREAMS[-1]} unpaced", proxy_cpu(last), cpu_of(last),
-                    core(last)))
-    rows.append(Row(f"paced {PACED_STREAMS} x {settings.paced_rate:g}/s (k chunks/s)", rate("paced"), cpu_of("paced"),
-                    core("paced")))
-    rows.append(Row(f"proxy CPU ms/1k chunks, paced {PACED_STREAMS}", proxy_cpu("paced"), cpu_of("paced"),
-                    core("paced")))
+        if key in ran:
+            rows.append(Row(f"ceiling, {streams} streams (k chunks/s)", rate(key), cpu_of(key), core(key)))
+            rows.append(Row(f"proxy CPU ms/1k chunks, {streams} unpaced", proxy_cpu(key), cpu_of(key), core(key)))
+    if "paced" in ran:
+        rows.append(Row(f"paced {PACED_STREAMS} x {settings.paced_rate:g}/s (k chunks/s)", rate("paced"),
+                        cpu_of("paced"), core("paced")))
+        rows.append(Row(f"proxy CPU ms/1k chunks, paced {PACED_STREAMS}", proxy_cpu("paced"), cpu_of("paced"),
+                        core("paced")))
     rows.append(Row("idle RSS after each round (MB)", {name: raw["rss_mb"][name] for name in names}))
     return rows
 
@@ -607,7 +608,7 @@ def core_shares(raw: dict, names: list[str]) -> dict[str, dict]:
     shares: dict[str, dict] = {}
     for who in ("upstream", "client", "elsewhere"):
         values = []
-        for measure in ("burst", *(f"ceiling{streams}" for streams in CEILING_STREAMS), "paced"):
+        for measure in MEASURES:
             for name in names:
                 for m in raw[measure][name]:
                     cpu = m["cpu_seconds"]
@@ -616,24 +617,37 @@ def core_shares(raw: dict, names: list[str]) -> dict[str, dict]:
                     else:
                         used = cpu[who]
                     values.append((used / m["seconds"], f"{measure}, {name}"))
-        largest = max(values)
-        shares[who] = {"median": statistics.median(v for v, _ in values), "max": largest[0], "max_at": largest[1]}
+        if values:
+            largest = max(values)
+            shares[who] = {"median": statistics.median(v for v, _ in values), "max": largest[0], "max_at": largest[1]}
     return shares
 
 
-def saturated(raw: dict, names: list[str]) -> dict[str, str]:
-    """The window measures in which, through the proxies, the whole machine or the upstream was at its limit:
-    there chunks/s is what upstream, proxy and client reach together here, not the proxy's ceiling alone."""
+def limits(raw: dict, names: list[str]) -> dict[str, str]:
+    """Per window measure and proxy, what held its chunks/s: the proxy (a core of its own used up), the
+    upstream (its core), or the machine (every core busy); from the medians over rounds."""
     cores = os.cpu_count() or 1
     notes = {}
     for measure in (*(f"ceiling{streams}" for streams in CEILING_STREAMS), "paced"):
-        windows = [m for name in names if name != "direct" for m in raw[measure][name]]
-        machine = statistics.median(m["cpu_seconds"]["machine"] / m["seconds"] for m in windows)
-        upstream = statistics.median(m["cpu_seconds"]["upstream"] / m["seconds"] for m in windows)
-        if machine > 0.9 * cores or upstream > 0.85:
-            notes[measure] = (f"the machine was {machine:.2f} of {cores} cores busy and the upstream at {upstream:.0%} "
-                              "of one (medians through the proxies): its chunks/s is this machine's ceiling for "
-                              "upstream, proxy and client together; the proxy's own cost is its CPU ms/1k chunks")
+        said = []
+        for name in names:
+            windows = raw[measure][name]
+            if name == "direct" or not windows:
+                continue
+            share = {who: statistics.median(m["cpu_seconds"][who] / m["seconds"] for m in windows)
+                     for who in ("machine", "upstream", "client", "proxy")}
+            if share["proxy"] > 0.9:
+                what = "the proxy itself"
+            elif share["upstream"] > 0.85:
+                what = "the upstream, not the proxy"
+            elif share["machine"] > 0.9 * cores:
+                what = "the machine: every core busy, the proxy's share short of one"
+            else:
+                continue
+            said.append(f"{name} {what} (proxy {share['proxy']:.0%} of a core, upstream {share['upstream']:.0%}, "
+                        f"client {share['client']:.0%}, machine {share['machine']:.2f} of {cores} cores)")
+        if said:
+            notes[measure] = "held by " + "; ".join(said)
     return notes
 
 
@@ -653,6 +667,8 @@ class Settings:
     capture_buffer: int
     loop: str | None  # the Python proxies' event loop; None: whichever swaplab picks
     llama_swap: tuple[str, str] | None  # (binary, its version line)
+    events_per_write: int = 8  # the upstream's, unpaced (fastupstream.py --events-per-write)
+    measures: tuple[str, ...] = ()  # which of MEASURES run (--only); all by default
 
 
 def parse_settings() -> tuple[Settings, str | None]:
@@ -671,7 +687,18 @@ def parse_settings() -> tuple[Settings, str | None]:
                         "(default: the one swaplab picks by itself)")
     parser.add_argument("--capture-buffer", type=int, default=5, metavar="MIB",
                         help="captureBuffer of swaplab and llama-swap alike (default 5)")
+    parser.add_argument("--events-per-write", type=int, default=8, metavar="N",
+                        help="the upstream's unpaced events per write (fastupstream.py; default 8, a turn's "
+                        "events in one write; 1: a write per event, which makes the upstream the limit here)")
+    parser.add_argument("--only", metavar="MEASURE[,...]",
+                        help=f"run only these measures, of {', '.join(MEASURES)} (default: all)")
     args = parser.parse_args()
+    only = tuple(m.strip() for m in args.only.split(",") if m.strip()) if args.only else MEASURES
+    unknown = [m for m in only if m not in MEASURES]
+    if unknown or not only:
+        raise UsageError(f"--only {args.only}: say one or more of {', '.join(MEASURES)}, separated by commas")
+    if args.events_per_write < 1:
+        raise UsageError("--events-per-write must be at least 1")
     if args.loop == "uvloop" and default_loop() != "uvloop":
         raise UsageError("--loop uvloop: uvloop is not importable here (pip install uvloop)")
     settings = Settings(
@@ -682,6 +709,7 @@ def parse_settings() -> tuple[Settings, str | None]:
         stream_chunks=args.stream_chunks, paced_rate=args.paced_rate, capture_buffer=args.capture_buffer,
         loop=args.loop,
         llama_swap=llama_swap_binary(args.llama_swap) if args.llama_swap else None,  # before anything starts
+        events_per_write=args.events_per_write, measures=tuple(m for m in MEASURES if m in only),
     )
     return settings, args.json
 
@@ -692,7 +720,7 @@ async def start_routes(processes: Fleet, settings: Settings, loops: dict[str, st
     upstream_port = free_port()
     direct = f"http://127.0.0.1:{upstream_port}"
     process = processes.spawn("upstream", [PY, str(HERE / "fastupstream.py"), "--port", str(upstream_port),
-                                           "--model", MODEL])
+                                           "--model", MODEL, "--events-per-write", str(settings.events_per_write)])
     await wait_up(f"{direct}/health", process, "fastupstream", workdir / "upstream.log")
     upstream = psutil.Process(process.pid)
     routes = {"direct": Route("direct", direct, None, upstream)}
@@ -737,7 +765,7 @@ async def run_rounds(routes: dict[str, Route], client: Client, settings: Setting
     for round_index in range(settings.rounds):
         order = names[round_index % len(names):] + names[: round_index % len(names)]
         began = time.monotonic()
-        for measure in MEASURES:
+        for measure in settings.measures:
             for name in order:
                 await upstream_idle(direct, last)
                 route = routes[name]
@@ -793,8 +821,8 @@ def print_results(raw: dict, names: list[str], settings: Settings, report: dict)
                       ("elsewhere", "the machine beside this benchmark's processes (others, interrupts)")):
         print(f"{what}: {shares[who]['median']:.0%} of one core (median over measures), "
               f"at most {shares[who]['max']:.0%} ({shares[who]['max_at']})")
-    for measure, note in saturated(raw, names).items():
-        report.setdefault("saturated", {})[measure] = note
+    for measure, note in limits(raw, names).items():
+        report.setdefault("limits", {})[measure] = note
         print(f"{measure}: {note}")
     # Interrupts alone take a few percent (more at 25k packets a second); much more is other work.
     if shares["elsewhere"]["median"] > 0.15:
@@ -836,7 +864,9 @@ async def main() -> int:
         print(f"{settings.rounds} rounds; each path per round: {settings.bursts} bursts of {BURST_STREAMS}, then "
               f"{settings.window:g} s windows (after {settings.warmup:g} s) of "
               f"{', '.join(map(str, CEILING_STREAMS))} unpaced streams and {PACED_STREAMS} at "
-              f"{settings.paced_rate:g}/s", flush=True)
+              f"{settings.paced_rate:g}/s; the upstream writes unpaced events {settings.events_per_write} a write, "
+              "paced ones one a write"
+              + (f"; only {', '.join(settings.measures)}" if settings.measures != MEASURES else ""), flush=True)
         await run_rounds(routes, client, settings, raw)
     except PathFailed as error:
         print(f"\nFAILED: {error}")

@@ -6,8 +6,8 @@ uvloop is importable), and every event it streams is prebuilt bytes:
 
   POST /v1/chat/completions  with "stream": true, `max_tokens` token events, one finish event
                              (finish_reason, usage) and `data: [DONE]`: max_tokens + 2
-                             `data: ` events, each its own HTTP chunk and its own write.
-                             Without "stream": one chat.completion with Content-Length.
+                             `data: ` events, each its own HTTP chunk. Without "stream": one
+                             chat.completion with Content-Length.
   GET  /health               200 {"status": "ok"}
   GET  /v1/models            the one model (--model)
   GET  /stats                {"active", "started", "completed", "cancelled", "events"}: streams
@@ -15,12 +15,17 @@ uvloop is importable), and every event it streams is prebuilt bytes:
 
 Pacing: a request's `"x_chunks_per_second": R` (R > 0) streams its token events at R per
 second, each at its own due time (start + i/R, so a late loop catches up rather than
-drifting); absent or 0, the default of `--chunks-per-second` applies (0: unpaced). An
-unpaced stream writes as fast as the connection takes it: a few events per turn of the
-event loop, stopping while the transport's buffer is full, so one stream cannot starve the
-others and a slow reader holds back only its own stream.
+drifting); absent or 0, the default of `--chunks-per-second` applies (0: unpaced). A paced
+event is its own write, as an engine sends each token. An unpaced stream writes as fast as
+the connection takes it: 8 events per turn of the event loop, stopping while the
+transport's buffer is full, so one stream cannot starve the others and a slow reader holds
+back only its own stream. Those 8 events go in one write (`--events-per-write 8`, the
+default): written one by one, the upstream spent a system call per event and was itself
+the limit of a proxy's ceiling on a 2-core machine (90-100% of a core), which is then not
+the proxy's. `--events-per-write 1` writes them one by one.
 
     .venv/bin/python benchmarks/fastupstream.py --port 9000 [--model fast] [--chunks-per-second 0]
+                                                [--events-per-write 8]
 """
 
 from __future__ import annotations
@@ -115,9 +120,10 @@ class Stats:
 class Stream:
     """One streamed answer on one connection: its token events, then the finish."""
 
-    def __init__(self, connection: Connection, tokens: int, chunks_per_second: float):
+    def __init__(self, connection: Connection, tokens: int, chunks_per_second: float, events_per_write: int):
         self.connection = connection
         self.tokens = tokens
+        self.events_per_write = events_per_write
         self.sent = 0
         self.paused = False
         self.rate = chunks_per_second
@@ -140,8 +146,11 @@ class Stream:
         write = self.connection.transport.write
         token = self.connection.answers.token
         batch = min(EVENTS_PER_TURN, self.tokens - self.sent)
-        for _ in range(batch):
-            write(token)
+        sent = 0
+        while sent < batch:
+            events = min(self.events_per_write, batch - sent)
+            write(token * events if events > 1 else token)
+            sent += events
         self.sent += batch
         if self.sent >= self.tokens:
             self._finish()
@@ -187,10 +196,11 @@ class Stream:
 class Connection(asyncio.Protocol):
     """One client connection: requests read one at a time, kept alive unless asked to close."""
 
-    def __init__(self, answers: Answers, stats: Stats, default_rate: float):
+    def __init__(self, answers: Answers, stats: Stats, default_rate: float, events_per_write: int):
         self.answers = answers
         self.stats = stats
         self.default_rate = default_rate
+        self.events_per_write = events_per_write
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.stream: Stream | None = None
@@ -298,7 +308,7 @@ class Connection(asyncio.Protocol):
             return
         self.stats.active += 1
         self.stats.started += 1
-        self.stream = Stream(self, max(tokens, 1), rate)
+        self.stream = Stream(self, max(tokens, 1), rate, self.events_per_write)
         self.stream.begin()
 
     def stream_ended(self, stream: Stream, whole: bool) -> None:
@@ -320,10 +330,12 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
 
-async def serve(host: str, port: int, model: str, default_rate: float) -> None:
+async def serve(host: str, port: int, model: str, default_rate: float, events_per_write: int) -> None:
     loop = asyncio.get_running_loop()
     answers, stats = Answers(model), Stats()
-    server = await loop.create_server(lambda: Connection(answers, stats, default_rate), host, port, backlog=1024)
+    server = await loop.create_server(
+        lambda: Connection(answers, stats, default_rate, events_per_write), host, port, backlog=1024
+    )
     async with server:
         await server.serve_forever()
 
@@ -337,10 +349,17 @@ def main() -> None:
         "--chunks-per-second", type=float, default=0.0,
         help="token events per second per stream when a request does not say (x_chunks_per_second); 0 = unpaced",
     )
+    parser.add_argument(
+        "--events-per-write", type=int, default=EVENTS_PER_TURN, metavar="N",
+        help=f"unpaced: the events of one turn ({EVENTS_PER_TURN}) go in writes of N events each "
+        f"(default {EVENTS_PER_TURN}: one write; 1: a write per event)",
+    )
     args = parser.parse_args()
+    if args.events_per_write < 1:
+        parser.error("--events-per-write must be at least 1")
     runner = uvloop.run if uvloop is not None else asyncio.run
     try:
-        runner(serve(args.host, args.port, args.model, args.chunks_per_second))
+        runner(serve(args.host, args.port, args.model, args.chunks_per_second, args.events_per_write))
     except KeyboardInterrupt:
         pass
 

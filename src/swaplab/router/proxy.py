@@ -265,6 +265,10 @@ async def relay(
                 response.content_length = upstream.content_length
             if keepalive is not None:
                 keepalive.hold()
+            # The headers go out with the body's first bytes (or a heartbeat, or the end), in one
+            # write, as Go's ReverseProxy (llama-swap) sends them: aiohttp's StreamResponse would
+            # send them alone at once, a system call more per request.
+            response._send_headers_immediately = False
             await response.prepare(request)
             if observation is not None:
                 observation.response = response  # the in-flight view shows its headers

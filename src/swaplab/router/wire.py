@@ -85,14 +85,15 @@ class WirePool:
         self.connect_limit = connect_limit
         self.idle_limit = timeouts.idle_conn or NO_IDLE_LIMIT
         self._idle: list[Connection] = []
+        """Idle connections, the longest idle first; each knows since when (`Connection.idle_since`)."""
         self._all: set[Connection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def connection(self) -> tuple[Connection, bool]:
         """A connection to use, and whether it was pooled (so may have been closed by the upstream meanwhile)."""
         while self._idle:
-            connection = self._idle.pop()
+            connection = self._idle.pop()  # the most recently used: the least likely to have been closed
             if connection.usable():
-                connection.reuse()
                 return connection, True
         loop = asyncio.get_running_loop()
         try:
@@ -111,9 +112,35 @@ class WirePool:
         return connection, False
 
     def put(self, connection: Connection) -> None:
-        """`connection` answered in full and may be used again; it closes after the idle limit."""
+        """`connection` answered in full and may be used again; it closes after the idle limit.
+
+        One timer per pool, not one per connection put back (a timer armed and cancelled for
+        every request cost more than the rest of the pool's work): the sweep closes what has
+        been idle for the limit and sets itself for the next one due.
+        """
+        connection.response = None
+        loop = asyncio.get_running_loop()
+        connection.idle_since = loop.time()
         self._idle.append(connection)
-        connection.idle(self.idle_limit)
+        if self._sweep is None:
+            self._sweep = loop.call_at(connection.idle_since + self.idle_limit, self._expire)
+
+    def _expire(self) -> None:
+        self._sweep = None
+        if not self._idle:
+            return
+        loop = asyncio.get_running_loop()
+        # The clock's resolution: a timer may run a hair before its due time.
+        cutoff = loop.time() - self.idle_limit + 1e-3
+        idle = self._idle
+        expired = 0
+        while expired < len(idle) and idle[expired].idle_since <= cutoff:
+            expired += 1
+        stale, self._idle = idle[:expired], idle[expired:]
+        for connection in stale:
+            connection.close()
+        if self._idle:
+            self._sweep = loop.call_at(self._idle[0].idle_since + self.idle_limit, self._expire)
 
     def adopt(self, connection: Connection) -> None:
         self._all.add(connection)
@@ -128,6 +155,9 @@ class WirePool:
         for connection in list(self._all):
             connection.close()
         self._idle.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
 
 
 def set_keepalive(sock: socket.socket | None, interval: float) -> None:
@@ -157,7 +187,8 @@ class Connection(asyncio.Protocol):
         self.on_body = self.bodies.append
         self.parser = httptools.HttpResponseParser(self)
         self.response: WireResponse | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self.idle_since = 0.0
+        """When it was last put back in the pool (the loop's clock)."""
         self._headers: list[tuple[str, str]] = []
         self._reason = ""
 
@@ -212,9 +243,6 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, error: Exception | None) -> None:
         self.pool.forget(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
         response, self.response = self.response, None
         if response is not None and not response.complete and response.until_close and error is None and (
             not response.closed
@@ -276,15 +304,6 @@ class Connection(asyncio.Protocol):
 
     def usable(self) -> bool:
         return self.transport is not None and not self.transport.is_closing()
-
-    def idle(self, limit: float) -> None:
-        self.response = None
-        self._idle_timer = asyncio.get_running_loop().call_later(limit, self.close)
-
-    def reuse(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
 
     def close(self) -> None:
         if self.transport is not None:
