@@ -514,11 +514,20 @@ async def main() -> int:
         for stream in (False, True) if "c1" in wanted else ():
             kind = "streaming" if stream else "non-streaming"
             print(f"c=1 time to first byte, {kind}, sim unpaced: {n_c1} requests per path ...", flush=True)
+            # Each proxy's CPU over the whole loop: each serves only its own requests (a warm-up
+            # one and n_c1 measured), so its time per request is its CPU over n_c1 + 1.
+            proxies = {"swaplab": psutil.Process(router.pid), "passthrough": passthrough_process["fast"]}
+            before = {name: sum(process.cpu_times()[:2]) for name, process in proxies.items()}
             samples = await ttfb_c1(paths_for("fast"), "fast", stream, n_c1, 16)
+            cpu_us = {name: (sum(process.cpu_times()[:2]) - before[name]) / (n_c1 + 1) * 1e6
+                      for name, process in proxies.items()}
             report["raw"][f"c1_{kind}"] = samples
             sw, pt = added_p50(samples, "swaplab"), added_p50(samples, "passthrough")
             report[f"added_ms_c1_{kind}"] = {"swaplab": sw * 1e3, "passthrough": pt * 1e3}
+            report[f"cpu_us_per_request_c1_{kind}"] = cpu_us
             bar(f"added TTFB c=1 {kind}, swaplab / passthrough", ratio(sw, pt), 1.5)
+            rows.append((f"  same, CPU time of the proxy process per request ({cpu_us['swaplab']:.0f} µs), "
+                         "swaplab / passthrough", cpu_us["swaplab"] / cpu_us["passthrough"], "", None))
             if "litellm" in samples:
                 rows.append((f"added TTFB c=1 {kind}, litellm / passthrough", ratio(added_p50(samples, "litellm"), pt), "", None))
 

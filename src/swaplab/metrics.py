@@ -114,6 +114,21 @@ class PerformanceCollector:
             yield from _gpu_metrics(gpus)
 
 
+class LaneCollector:
+    """The lane's two counts: model requests it served itself, connections it handed to aiohttp's server."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]):
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        served, handed_over = self.counts()
+        yield CounterMetricFamily("swaplab:lane_requests", "Model requests the router's lane served itself.",
+                                  value=served)
+        yield CounterMetricFamily("swaplab:lane_handovers",
+                                  "Connections the lane handed to aiohttp's server (any request it does not take).",
+                                  value=handed_over)
+
+
 def _host_metrics(host: HostFigures) -> Iterator[Metric]:
     cpu = GaugeMetricFamily("swaplab:cpu_util_percent", "CPU utilisation per core (0-100).", labels=["core"])
     for core, percent in enumerate(host.cpu_percent_per_core):
@@ -392,6 +407,10 @@ class Metrics:
             self.registry.unregister(self._performance)
         self._performance = PerformanceCollector(latest)
         self.registry.register(self._performance)
+
+    def watch_lane(self, counts: Callable[[], tuple[int, int]]) -> None:
+        """Show what the lane (router/lane.py) served and handed over: `counts()` gives both, read when rendered."""
+        self.registry.register(LaneCollector(counts))
 
     def render(self) -> tuple[bytes, str]:
         """The metrics page: body and content type."""

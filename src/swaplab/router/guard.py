@@ -116,11 +116,7 @@ async def _read(request: web.Request, limits: Limits) -> web.Response | None:
             async with asyncio.timeout(limits.body_timeout):
                 chunk = await content.readany()
         except TimeoutError:
-            return _refuse(
-                408,
-                f"the request body stalled: no byte for {limits.body_timeout:g} s (security.limits.bodyTimeout)",
-                "invalid_request_error",
-            )
+            return body_stalled(limits)
         except web.RequestPayloadError as error:
             return _refuse(400, f"the request body is malformed: {error}", "invalid_request_error")
         if not chunk:
@@ -132,6 +128,15 @@ async def _read(request: web.Request, limits: Limits) -> web.Response | None:
     # aiohttp's own cache of the body: `request.read()`, `.text()`, `.json()` and `.post()` return it.
     request._read_bytes = b"".join(chunks)
     return None
+
+
+def body_stalled(limits: Limits) -> web.Response:
+    """408: the body went `bodyTimeout` without a byte; the connection is closed."""
+    return _refuse(
+        408,
+        f"the request body stalled: no byte for {limits.body_timeout:g} s (security.limits.bodyTimeout)",
+        "invalid_request_error",
+    )
 
 
 def _too_large(size: int, limits: Limits, more: bool = False) -> web.Response:
@@ -152,6 +157,11 @@ def _refuse(status: int, message: str, kind: str) -> web.Response:
 
 async def replace_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
     """`on_response_prepare`: the router's CORS headers, never the backend's."""
+    apply_cors(request, response)
+
+
+def apply_cors(request: web.Request, response: web.StreamResponse) -> None:
+    """The router's CORS headers (the policy's verdict for `request`) in place of any the answer holds."""
     headers = response.headers
     for name in [name for name in headers if name.lower().startswith(CORS_PREFIX)]:
         headers.popall(name, None)

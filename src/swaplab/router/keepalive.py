@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from swaplab.router.reply import stream_response
+
 EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -229,7 +231,7 @@ class KeepAlive:
             self._writing = True
             try:
                 if self.response is None:
-                    response = web.StreamResponse(headers=self._headers)
+                    response = stream_response(self._request, headers=self._headers)
                     await response.prepare(self._request)
                     self.response = response
                 if self._producer is not None:

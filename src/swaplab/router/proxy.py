@@ -22,6 +22,7 @@ from yarl import URL
 from swaplab.config.model import Timeouts
 from swaplab.router.keepalive import KeepAlive, dialect_of, error_event
 from swaplab.router.observe import RequestObservation
+from swaplab.router.reply import stream_response
 from swaplab.router.reshape import Reshape
 from swaplab.router.wire import WireError, WirePool, WireResponse, open_wire, set_keepalive
 
@@ -256,7 +257,7 @@ async def relay(
             await response.write_eof()
             return response, False
         if response is None:
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            response = stream_response(request, status=upstream.status, reason=upstream.reason)
             for key, value in upstream.headers.items():
                 if key.lower() not in HOP_BY_HOP:
                     response.headers.add(key, value)
@@ -400,7 +401,7 @@ async def relay_reshaped(
                 await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
             response = keepalive.response if keepalive is not None else None
             if response is None and reshape.streaming:
-                response = web.StreamResponse(headers={"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"})
+                response = stream_response(request, headers={"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"})
                 await response.prepare(request)
             if observation is not None:
                 observation.response = response

@@ -30,6 +30,7 @@ from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
 from swaplab.fleet.logs import LogLine
 from swaplab.router.app import Router
+from swaplab.router.lane import LANE_ENV, LaneServer, lane_enabled
 from swaplab.router.logformat import console_formatter, log_safe, request_log
 
 log = logging.getLogger("swaplab.router")
@@ -148,6 +149,8 @@ def serve(
 
 
 EVENT_LOOP_ENV = "SWAPLAB_EVENT_LOOP"
+# Requests under way when the router stops get this long to end (their backends are stopped first).
+SHUTDOWN_SECONDS = 2.0
 
 
 def event_loop() -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
@@ -172,7 +175,7 @@ async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader,
     config = router.config
     raise_open_files_limit()
     runner = web.AppRunner(
-        compose(router), handler_cancellation=True, shutdown_timeout=2.0,
+        compose(router), handler_cancellation=True, shutdown_timeout=SHUTDOWN_SECONDS,
         # `security.limits.headerTimeout`: from a connection's start (and from the end of each
         # response), the next request's line and headers must arrive within it, or the connection
         # is closed; a request being handled, a long stream included, is never cut. Read at start.
@@ -182,14 +185,23 @@ async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader,
         access_log_class=request_log(lambda: router.config.security.trusted_proxies),
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    loop = asyncio.get_running_loop()
+    # Model requests on the common path are served by the lane (router/lane.py); every other
+    # request, and every connection the lane hands over, by aiohttp's server.
+    lane = LaneServer(
+        router.forwarder.handle_model_request, lambda: router.config, router.listen_loopback, runner.server,
+        request_log(lambda: router.config.security.trusted_proxies)(log, "") if config.log_requests else None,
+    ) if lane_enabled() else None
     try:
-        await site.start()
+        server = await loop.create_server(lane or runner.server, host, port, reuse_address=True, backlog=128)
     except OSError as error:
         await runner.cleanup()
         raise SwaplabError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    if lane is not None:
+        router.metrics.watch_lane(lambda: (lane.served, lane.handed_over))
+    log.info("model requests: %s", "the lane, aiohttp's server for the rest" if lane else
+             f"aiohttp's server ({LANE_ENV}=off)")
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     loop.add_signal_handler(signal.SIGHUP, reloader.request)
@@ -201,8 +213,10 @@ async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader,
     log.info("stopping every backend, then exiting")
     if watcher is not None:
         watcher.cancel()
-    await site.stop()
+    server.close()
     await router.close()
+    if lane is not None:
+        await lane.shutdown(SHUTDOWN_SECONDS)
     await runner.cleanup()
     return 0
 

@@ -1,0 +1,450 @@
+"""The router's front door: a model request on the common path is served without aiohttp's server.
+
+Every connection to the router starts on a `LaneConnection`. It reads a request's line and
+headers (llhttp, through httptools) and, for a request the lane takes, its body; then the
+request goes to the same handler aiohttp would call (`Forwarder.handle_model_request`), as a
+`reply.LaneRequest`, and its answer is written by `reply.LaneResponse`. aiohttp's server
+costs a model request about 180k instructions (its protocol, a task and a stream writer per
+request, the request object, the router's three middlewares, the response's headers and
+signals); the lane about 20k.
+
+The lane takes an HTTP/1.1 `POST` to one of the model routes (`targets.MODEL_ROUTES`) with
+a `Content-Length` body no larger than `security.limits.largeBodyMB`, no `Expect`, no
+`Transfer-Encoding` and no upgrade, that the Host and Origin policy lets on (`policy.decide`,
+as the guard) and that carries a valid key when `apiKeys` are set (as `auth`). Anything
+else, from the first byte the lane could not take, is handed to aiohttp's server: the
+connection's protocol becomes aiohttp's, which is given every byte read so far and reads
+the rest itself. So a preflight, a refused request, a missing key, a large or chunked body,
+a malformed head, another route or an HTTP/1.0 client meets aiohttp, its middlewares and
+their answers as before, and a connection that turns to aiohttp stays with it.
+
+What aiohttp's server did for a request the lane serves, the lane does: the request's line
+and headers must arrive within `security.limits.headerTimeout` of the connection's start or
+of the end of the last answer, and a body may go `bodyTimeout` without a byte (answered 408
+as the guard answers it), both from one timer for all connections; a client that leaves
+cancels its handler (aiohttp's `handler_cancellation`); the router's CORS headers replace
+the backend's; `logRequests` writes its line; the connection is kept alive unless the
+client or the answer says otherwise, and requests a client sends ahead are read in turn.
+`SWAPLAB_LANE=off` sends every request to aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from enum import Enum
+
+import httptools
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from swaplab.config.model import Config
+from swaplab.config.security import Security
+from swaplab.errors import SwaplabError
+from swaplab.router.auth import key_matches, presented_key
+from swaplab.router.guard import VERDICT, apply_cors, body_stalled, facts_of
+from swaplab.router.policy import Verdict, decide
+from swaplab.router.reply import LaneRequest, LaneResponse, answer_bytes
+from swaplab.router.targets import MODEL_ROUTES
+
+log = logging.getLogger("swaplab.router")
+
+LANE_ENV = "SWAPLAB_LANE"
+LANE_ROUTES = frozenset(MODEL_ROUTES)
+# aiohttp's own limit on a request line or header line: a head past it goes to aiohttp, which answers it.
+HEAD_LIMIT = 8190
+# Bytes a client may send ahead while its request is served before its reading is paused.
+READ_AHEAD = 1024 * 1024
+# Verdicts kept per (Host, Origin, Sec-Fetch-Site): beyond this many, decided each time.
+VERDICTS_KEPT = 256
+_INTERNAL_ERROR = web.Response(status=500, text="500 Internal Server Error\n\nServer got itself in trouble",
+                               content_type="text/plain")
+
+Handler = Callable[[LaneRequest], Awaitable[web.StreamResponse]]
+
+
+def lane_enabled() -> bool:
+    """`SWAPLAB_LANE`: on (the default) or off."""
+    wanted = os.environ.get(LANE_ENV, "").strip().lower()
+    if wanted not in ("", "on", "off", "1", "0"):
+        raise SwaplabError(f"{LANE_ENV}={wanted!r}: say on or off")
+    return wanted not in ("off", "0")
+
+
+class State(Enum):
+    HEAD = "waiting for a request's line and headers"
+    BODY = "reading a request's body"
+    SERVING = "serving a request"
+    GONE = "handed to aiohttp, or closed"
+
+
+class _Logged:
+    """What the request log reads of an answer the lane wrote."""
+
+    __slots__ = ("status", "body_length")
+
+    def __init__(self, status: int, body_length: int):
+        self.status = status
+        self.body_length = body_length
+
+
+class LaneServer:
+    """The protocol factory of the router's listening socket, and what its connections share.
+
+    `fallback` is aiohttp's server (`web.AppRunner.server`), called for a protocol when a
+    connection is handed over. Deadlines (a head, a body) are kept per connection and swept
+    by one timer, so the common path arms no timer of its own.
+    """
+
+    def __init__(
+        self, handler: Handler, config: Callable[[], Config], listen_loopback: bool,
+        fallback: Callable[[], asyncio.Protocol], access_log: AbstractAccessLogger | None = None,
+    ):
+        self.handler = handler
+        self.config = config
+        self.listen_loopback = listen_loopback
+        self.fallback = fallback
+        self.access_log = access_log
+        self.connections: set[LaneConnection] = set()
+        self.served = 0
+        """Requests the lane took (served, or being served)."""
+        self.handed_over = 0
+        """Connections handed to aiohttp."""
+        self._waiting: set[LaneConnection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
+        self._verdicts: dict[tuple[str | None, str | None, str | None], Verdict] = {}
+        self._verdicts_of: Security | None = None
+
+    def __call__(self) -> LaneConnection:
+        return LaneConnection(self)
+
+    def verdict(self, request: LaneRequest, security: Security) -> Verdict:
+        """The Host and Origin policy's verdict on a lane request (`policy.decide`, as the guard asks it).
+
+        A POST to a model route changes state whatever its path, so the verdict depends only
+        on its `Host`, `Origin` and `Sec-Fetch-Site` and on the config's `security`: it is
+        kept per those three (a few clients, a few values), and forgotten when a reload brings
+        another `security`.
+        """
+        if security is not self._verdicts_of:
+            self._verdicts, self._verdicts_of = {}, security
+        headers = request.headers
+        key = (headers.get("Host"), headers.get("Origin"), headers.get("Sec-Fetch-Site"))
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = decide(facts_of(request, self.listen_loopback), security)  # type: ignore[arg-type]
+            if len(self._verdicts) < VERDICTS_KEPT:
+                self._verdicts[key] = verdict
+        return verdict
+
+    def wait(self, connection: LaneConnection, seconds: float) -> None:
+        """`connection` must make progress within `seconds` (its head, or its body's next byte)."""
+        loop = asyncio.get_running_loop()
+        connection.deadline = loop.time() + seconds
+        self._waiting.add(connection)
+        if self._sweep is None:
+            limits = self.config().security.limits
+            every = max(0.05, min(limits.header_timeout, limits.body_timeout) / 4)
+            self._sweep = loop.call_later(every, self._expire, every)
+
+    def unwait(self, connection: LaneConnection) -> None:
+        self._waiting.discard(connection)
+
+    def _expire(self, every: float) -> None:
+        self._sweep = None
+        now = asyncio.get_running_loop().time()
+        for connection in [c for c in self._waiting if c.deadline <= now]:
+            self._waiting.discard(connection)
+            connection.expire()
+        if self._waiting:
+            self._sweep = asyncio.get_running_loop().call_later(every, self._expire, every)
+
+    async def shutdown(self, timeout: float) -> None:
+        """Close idle connections; give requests being served `timeout` seconds, then cancel them."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        tasks = [c.task for c in self.connections if c.task is not None and not c.task.done()]
+        for connection in list(self.connections):
+            if connection.task is None or connection.task.done():
+                connection.close()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        for connection in list(self.connections):
+            connection.close()
+
+
+class LaneConnection(asyncio.Protocol):
+    """One client connection while the lane has it: the Protocol asyncio calls, llhttp's callbacks for its heads,
+    and what a `LaneResponse` writes to (the `reply.Sink`)."""
+
+    def __init__(self, server: LaneServer):
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.remote: str | None = None
+        self.buffer = bytearray()
+        self.state = State.HEAD
+        self.deadline = 0.0
+        self.task: asyncio.Task[None] | None = None
+        self.keep_alive = True
+        """Whether the connection is kept after the answer being written (the client's and the answer's say)."""
+        self.written = 0
+        """Bytes of the current answer written so far (a failing handler's 500 only goes where none were)."""
+        self._reading_paused = False
+        self._writing_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        # the head being read
+        self._url = b""
+        self._headers: list[tuple[str, str]] = []
+        self._length = 0
+        self._plain = True
+        """No header that keeps the request off the lane (a second length, chunks, Expect, an upgrade)."""
+        self._body_at = 0
+        self._body_end = 0
+
+    # asyncio's side
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:  # as aiohttp sets them on its connections
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        self.remote = peer[0] if isinstance(peer, (list, tuple)) and peer else None
+        self.server.connections.add(self)
+        self.server.wait(self, self.server.config().security.limits.header_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.state is State.SERVING:
+            if len(self.buffer) > READ_AHEAD and not self._reading_paused and self.transport is not None:
+                self._reading_paused = True
+                self.transport.pause_reading()
+            return
+        try:
+            self._advance()
+        except Exception:  # never the lane's to fail a connection: aiohttp gets it as it came
+            log.exception("the lane could not read a request from %s; aiohttp's server takes the connection", self.remote)
+            if self.state in (State.HEAD, State.BODY):
+                self._hand_over()
+            else:
+                self.close()
+
+    def eof_received(self) -> bool | None:
+        return None  # as aiohttp's server: the connection closes
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self.server.unwait(self)
+        self.transport = None
+        self.state = State.GONE
+        if self.task is not None and not self.task.done():
+            self.task.cancel()  # the client left: its handler is cancelled, which closes its upstream
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        waiter, self._drain = self._drain, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def drain(self) -> None:
+        """Until the client's socket takes more (returns at once while it does)."""
+        if not self._writing_paused:
+            return
+        if self.transport is None:
+            raise ConnectionResetError("Connection lost")
+        self._drain = asyncio.get_running_loop().create_future()
+        await self._drain
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # llhttp's side (a request's head)
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower == b"content-length":  # llhttp refuses a second one
+            self._length = int(value) if value.isdigit() else -1
+        elif lower in (b"transfer-encoding", b"expect", b"upgrade"):
+            self._plain = False
+        self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
+
+    # the lane
+    def _advance(self) -> None:
+        """Read what the buffer holds of the next request; serve it once whole, or hand the connection over."""
+        buffer = self.buffer
+        if self.state is State.HEAD:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > HEAD_LIMIT or b"\n\n" in buffer:  # too long for the lane, or bare line feeds
+                    self._hand_over()
+                return
+            if end + 4 > HEAD_LIMIT or buffer.find(b"\n\n", 0, end) >= 0 or not self._read_head(end + 4):
+                self._hand_over()
+                return
+            self.server.unwait(self)
+            self.state = State.BODY
+        if self.state is State.BODY:
+            if len(buffer) < self._body_end:
+                self.server.wait(self, self.server.config().security.limits.body_timeout)
+                return
+            self.server.unwait(self)
+            self._dispatch()
+
+    def _read_head(self, size: int) -> bool:
+        """Parse the head (`size` bytes); whether the lane takes its request."""
+        self._url = b""
+        self._headers = []
+        self._length = 0
+        self._plain = True
+        parser = httptools.HttpRequestParser(self)
+        try:
+            parser.feed_data(bytes(self.buffer[:size]))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # malformed, or an upgrade: aiohttp's
+            return False
+        if not self._plain or self._length < 0 or parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
+            return False
+        if parser.should_upgrade() or self._length > self.server.config().security.limits.large_body_bytes:
+            return False
+        if not self._url.isascii() or self._url.partition(b"?")[0].decode() not in LANE_ROUTES:
+            return False
+        self.keep_alive = parser.should_keep_alive()
+        self._body_at = size
+        self._body_end = size + self._length
+        return True
+
+    def _dispatch(self) -> None:
+        """The whole request is here: let the policy and the keys look at it, then serve it (or hand it over)."""
+        config = self.server.config()
+        request = LaneRequest(
+            "POST", self._url.decode(), CIMultiDictProxy(CIMultiDict(self._headers)),
+            bytes(self.buffer[self._body_at:self._body_end]), self.remote, self,
+        )
+        verdict = self.server.verdict(request, config.security)
+        if not verdict.goes_on:
+            self._hand_over()  # refused or a preflight: aiohttp's guard answers
+            return
+        keys = config.api_keys
+        if keys and not key_matches(presented_key(request), keys):  # type: ignore[arg-type]
+            self._hand_over()  # aiohttp's key check answers 401, with its challenges
+            return
+        request[VERDICT] = verdict
+        del self.buffer[:self._body_end]
+        self.server.served += 1
+        self.state = State.SERVING
+        self.written = 0
+        self.task = asyncio.get_running_loop().create_task(self._serve(request))
+
+    async def _serve(self, request: LaneRequest) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        logged: _Logged | None = None
+        try:
+            try:
+                response = await self.server.handler(request)
+            except web.HTTPException as refusal:  # raised as an answer, as aiohttp takes it
+                response = refusal
+            if isinstance(response, LaneResponse):
+                if not response.prepared:
+                    await response.prepare(request)
+                await response.write_eof()
+                self.keep_alive = self.keep_alive and response.keep_alive
+                logged = _Logged(response.status, response.body_length)
+            else:
+                logged = self._answer(request, response)  # type: ignore[arg-type]
+        except asyncio.CancelledError:
+            # The client left, or the request was cancelled (`POST /api/inflight/{id}/cancel` while
+            # it waited): as aiohttp's server, the connection ends.
+            self.close()
+            return
+        except (ConnectionResetError, ConnectionError):
+            self.close()
+            return
+        except Exception:
+            log.exception("Error handling request from %s", self.remote)
+            if self.written or self.transport is None:
+                self.close()
+                return
+            self.keep_alive = False
+            logged = self._answer(request, _INTERNAL_ERROR)
+        finally:
+            self.task = None
+        if self.server.access_log is not None and logged is not None:
+            try:
+                self.server.access_log.log(request, logged, loop.time() - began)  # type: ignore[arg-type]
+            except Exception:
+                log.exception("the request log failed")
+        self._next()
+
+    def _answer(self, request: LaneRequest, response: web.Response) -> _Logged:
+        """A whole answer the handler returned unsent (an error, a refusal), written as aiohttp would."""
+        apply_cors(request, response)  # type: ignore[arg-type]
+        self.keep_alive = self.keep_alive and response.keep_alive is not False
+        data = answer_bytes(response, self.keep_alive)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+        return _Logged(response.status, len(response.body or b""))  # type: ignore[arg-type]
+
+    def _next(self) -> None:
+        """The answer is written: close, or wait for the next request (perhaps read already)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if not self.keep_alive:
+            self.transport.close()
+            return
+        self.state = State.HEAD
+        self.server.wait(self, self.server.config().security.limits.header_timeout)
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        if self.buffer:
+            self._advance()
+
+    def expire(self) -> None:
+        """Its deadline passed: a head that never ended closes the connection; a body that stalled is answered 408."""
+        if self.transport is None or self.state not in (State.HEAD, State.BODY):
+            return
+        if self.state is State.BODY:
+            response = body_stalled(self.server.config().security.limits)
+            self.transport.write(answer_bytes(response, keep_alive=False))
+        self.close()
+
+    def _hand_over(self) -> None:
+        """From here on the connection is aiohttp's: its protocol gets every byte read so far."""
+        transport = self.transport
+        self.server.unwait(self)
+        self.server.connections.discard(self)
+        self.state = State.GONE
+        if transport is None or transport.is_closing():
+            return
+        self.server.handed_over += 1
+        data, self.buffer = bytes(self.buffer), bytearray()
+        protocol = self.server.fallback()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if self._reading_paused:
+            transport.resume_reading()
+        if data:
+            protocol.data_received(data)
+
