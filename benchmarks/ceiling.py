@@ -40,7 +40,9 @@ import asyncio
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -651,6 +653,51 @@ def limits(raw: dict, names: list[str]) -> dict[str, str]:
     return notes
 
 
+# --- profiles (--py-spy) -----------------------------------------------------------------------
+
+# Leaf frames of a thread waiting, not working (py-spy may count a blocked thread as running).
+WAITING = ("EpollSelector.select", "Condition.wait", "_worker (concurrent/futures", "_do_waitpid")
+
+
+def py_spy_binary() -> str | None:
+    return shutil.which("py-spy") or next((str(p) for p in [Path(PY).parent / "py-spy"] if p.exists()), None)
+
+
+def start_py_spy(processes: Fleet, directory: Path, name: str, pid: int) -> subprocess.Popen:
+    directory.mkdir(parents=True, exist_ok=True)
+    return processes.spawn(f"py-spy-{name}", [
+        py_spy_binary() or "py-spy", "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--nonblocking",
+        "--output", str(directory / f"{name}.txt"),
+    ])
+
+
+def stop_py_spy(spies: list[subprocess.Popen]) -> None:
+    for spy in spies:  # SIGINT: py-spy writes what it sampled, then exits
+        if spy.poll() is None:
+            spy.send_signal(signal.SIGINT)
+    for spy in spies:
+        try:
+            spy.wait(60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+
+
+def own_time(path: Path, top: int = 14) -> list[str]:
+    """The functions on top of the stack in `path` (py-spy's collapsed stacks), waits left out, with their share."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not count.isdigit() or any(mark in frames[-1] for mark in WAITING):
+            continue
+        leaf = re.sub(r":\d+\)$", ")", frames[-1])
+        counts[leaf] = counts.get(leaf, 0) + int(count)
+        total += int(count)
+    ranked = sorted(counts.items(), key=lambda item: -item[1])[:top]
+    return [f"  {100 * n / total:5.1f}%  {name}" for name, n in ranked] if total else ["  (no samples)"]
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 MEASURES = ("burst", *(f"ceiling{streams}" for streams in CEILING_STREAMS), "paced")
@@ -669,6 +716,7 @@ class Settings:
     llama_swap: tuple[str, str] | None  # (binary, its version line)
     events_per_write: int = 8  # the upstream's, unpaced (fastupstream.py --events-per-write)
     measures: tuple[str, ...] = ()  # which of MEASURES run (--only); all by default
+    py_spy: Path | None = None  # where the proxies' profiles go (--py-spy)
 
 
 def parse_settings() -> tuple[Settings, str | None]:
@@ -690,6 +738,10 @@ def parse_settings() -> tuple[Settings, str | None]:
     parser.add_argument("--events-per-write", type=int, default=8, metavar="N",
                         help="the upstream's unpaced events per write (fastupstream.py; default 8, a turn's "
                         "events in one write; 1: a write per event, which makes the upstream the limit here)")
+    parser.add_argument("--py-spy", metavar="DIR", type=Path,
+                        help="sample swaplab and the passthrough with py-spy over the whole run (py-spy is not a "
+                        "dependency: pip install py-spy; root, or ptrace allowed): DIR/NAME.txt, collapsed stacks, "
+                        "and a table of where each spent its time")
     parser.add_argument("--only", metavar="MEASURE[,...]",
                         help=f"run only these measures, of {', '.join(MEASURES)} (default: all)")
     args = parser.parse_args()
@@ -710,7 +762,10 @@ def parse_settings() -> tuple[Settings, str | None]:
         loop=args.loop,
         llama_swap=llama_swap_binary(args.llama_swap) if args.llama_swap else None,  # before anything starts
         events_per_write=args.events_per_write, measures=tuple(m for m in MEASURES if m in only),
+        py_spy=args.py_spy,
     )
+    if settings.py_spy is not None and not py_spy_binary():
+        raise UsageError("--py-spy: py-spy is not installed here (pip install py-spy)")
     return settings, args.json
 
 
@@ -853,11 +908,15 @@ async def main() -> int:
     raw: dict = {}
     names: list[str] = []
     status = 0
+    spies: list[subprocess.Popen] = []
     try:
         routes = await start_routes(processes, settings, loops)
         names = list(routes)
         for route in routes.values():  # a router's first request starts its model
             await check_path(route.name, route.url, settings.stream_chunks)
+        if settings.py_spy is not None:
+            spies = [start_py_spy(processes, settings.py_spy, name, routes[name].proxy.pid)
+                     for name in ("passthrough", "swaplab")]
         await client.start()
         print("event loops: " + ", ".join(f"{who} {loop}" for who, loop in loops.items()), flush=True)
         raw.update({measure: {name: [] for name in names} for measure in (*MEASURES, "rss_mb")})
@@ -874,10 +933,17 @@ async def main() -> int:
         status = 1
     finally:
         await client.close()
+        stop_py_spy(spies)
         stop_all(processes)
     report["raw"] = raw
     if status == 0:
         print_results(raw, names, settings, report)
+    if settings.py_spy is not None and spies:
+        for name in ("passthrough", "swaplab"):
+            profile = settings.py_spy / f"{name}.txt"
+            if profile.exists():
+                print(f"\nwhere {name} spent its time over the run (py-spy, own time, waits left out; {profile}):")
+                print("\n".join(own_time(profile)))
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2))
     return status

@@ -34,12 +34,12 @@ import time
 from pathlib import Path
 
 from burst import Burst, chat_request  # benchmarks/burst.py, beside this script
+from ceiling import MODEL, swaplab_config  # benchmarks/ceiling.py: the same model and config
 from overhead import chat_body, free_port, wait_http  # benchmarks/overhead.py
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 PATHS = ("passthrough", "swaplab", "swaplab-aiohttp")
-MODEL = "fast"
 
 
 def command(path: str, port: int, upstream: int, workdir: Path) -> tuple[list[str], dict[str, str]]:
@@ -48,16 +48,7 @@ def command(path: str, port: int, upstream: int, workdir: Path) -> tuple[list[st
         return [PY, str(HERE / "ceiling.py"), "_passthrough", "--port", str(port), "--upstream",
                 f"http://127.0.0.1:{upstream}", "--loop", "uvloop"], env
     config = workdir / f"{path}.yaml"
-    config.write_text(f"""
-healthCheckTimeout: 60
-captureBuffer: 5
-models:
-  {MODEL}:
-    cmd: {shutil.which("sleep")} 1000000
-    proxy: http://127.0.0.1:{upstream}
-    checkEndpoint: /health
-    concurrencyLimit: 1000
-""")
+    config.write_text(swaplab_config(upstream, capture_buffer=5))
     if path == "swaplab-aiohttp":
         env["SWAPLAB_LANE"] = "off"
     return [PY, "-m", "swaplab", "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}",

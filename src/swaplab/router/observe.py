@@ -362,8 +362,11 @@ def token_counts(head: bytes, tail: bytes) -> TokenCounts:
     Later usage wins field by field: an Anthropic stream reports input tokens in its
     first event and output tokens in its last.
     """
-    first = next(json_objects(head, b'"usage"'), None)
     last = next(json_objects(tail, b'"usage"', last_first=True), None)
+    if head is tail and head.find(b'"usage"') == head.rfind(b'"usage"'):
+        first = None  # one body, one `usage`: the first is the last, read once (most answers)
+    else:
+        first = next(json_objects(head, b'"usage"'), None)
     usage = {**(first or {}), **(last or {})}
     timings = next(json_objects(tail, b'"timings"', last_first=True), None) or {}
 

@@ -40,6 +40,7 @@ class Sink:
 
     transport: asyncio.Transport | None
     keep_alive: bool
+    written: int
 
     async def drain(self) -> None: ...
 
@@ -202,7 +203,9 @@ class LaneResponse:
             if end:
                 data += b"0\r\n\r\n"
         if head or data:
-            transport.write(head + data if head else data)
+            out = head + data if head else data
+            transport.write(out)
+            self._sink.written += len(out)
 
     async def write(self, data: bytes) -> None:
         if self._eof_sent:
