@@ -945,7 +945,7 @@ async def main() -> int:
                 print(f"\nwhere {name} spent its time over the run (py-spy, own time, waits left out; {profile}):")
                 print("\n".join(own_time(profile)))
     if json_path:
-        Path(json_path).write_text(json.dumps(report, indent=2))
+        Path(json_path).write_text(json.dumps(report, indent=2, default=str))
     return status
 
 

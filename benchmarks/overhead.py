@@ -111,13 +111,16 @@ async def one_request(session: aiohttp.ClientSession, base: str, body: dict) -> 
     sent = time.perf_counter()
     first = None
     events = 0
+    tail = b""  # the last bytes of what came, so a `data: ` split between two reads counts once
     async with session.post(f"{base}/v1/chat/completions", json=body) as response:
         if response.status != 200:
             raise RuntimeError(f"{base}: HTTP {response.status}: {await response.text()}")
         async for chunk in response.content.iter_any():
             if first is None:
                 first = time.perf_counter()
-            events += chunk.count(b"data: ")
+            joined = tail + chunk
+            events += joined.count(b"data: ")
+            tail = joined[-5:]  # shorter than the marker: never counted twice
     return first - sent, time.perf_counter() - sent, events
 
 

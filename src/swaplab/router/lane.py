@@ -4,9 +4,10 @@ Every connection to the router starts on a `LaneConnection`. It reads a request'
 headers (llhttp, through httptools) and, for a request the lane takes, its body; then the
 request goes to the same handler aiohttp would call (`Forwarder.handle_model_request`), as a
 `reply.LaneRequest`, and its answer is written by `reply.LaneResponse`. aiohttp's server
-costs a model request about 180k instructions (its protocol, a task and a stream writer per
-request, the request object, the router's three middlewares, the response's headers and
-signals); the lane about 20k.
+costs each request its protocol's bookkeeping, two task steps, a stream writer, the request
+object, the router's three middlewares and the response's header machinery and signal; the
+lane serves a model request for some 170k fewer instructions (benchmarks/instructions.py,
+docs/performance.md).
 
 The lane takes an HTTP/1.1 `POST` to one of the model routes (`targets.MODEL_ROUTES`) with
 a `Content-Length` body no larger than `security.limits.largeBodyMB`, no `Expect`, no
