@@ -16,8 +16,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from procs import PYTHON, SIM, eventually, free_port
+from procs import PYTHON, SIM, eventually, free_port, run_swaplab
 from routerclient import running, sim_stats, wait_for_stats
+from swaplab.errors import SwaplabError
+from swaplab.router.lane import lane_enabled
 
 CONFIG = f"""
 models:
@@ -225,8 +227,11 @@ models:
 
 @pytest.fixture
 async def flood():
-    """An upstream whose answer is 64 MiB of events, with what it has sent and whether it stalled."""
-    total = 64 * 1024 * 1024
+    """An upstream whose answer is 192 MiB of events, with what it has sent and whether it stalled.
+
+    Past what the sockets between it and a client can hold: loopback's buffers grow to 32 MiB
+    a receiving socket and 4 MiB a sending one here (tcp_rmem, tcp_wmem), 72 MiB over two hops."""
+    total = 192 * 1024 * 1024
     block = b"data: " + b"x" * (64 * 1024 - 8) + b"\n\n"
     state = {"sent": 0, "stalled": asyncio.Event(), "total": total}
 
@@ -272,7 +277,7 @@ models:
     await writer.drain()
     await asyncio.wait_for(flood["stalled"].wait(), 60)
     # The router holds back: what the upstream could send is bounded by the sockets' buffers,
-    # far short of the 64 MiB it would push into a router that ignored its client's full socket.
+    # far short of the 192 MiB it would push into a router that ignored its client's full socket.
     sent = flood["sent"]
     assert sent < flood["total"] // 2
     received = 0
@@ -298,3 +303,14 @@ async def test_the_request_log_has_a_lane_request(router_factory):
         "the request's log line",
     )
     assert re.search(r'Request 127\.0\.0\.1 "POST /v1/chat/completions HTTP/1\.1" 200 \d+ "lane-test" \S+$', line), line
+
+
+def test_swaplab_lane_says_on_or_off(monkeypatch):
+    for value, wanted in (("", True), ("on", True), ("1", True), ("off", False), ("OFF", False), ("0", False)):
+        monkeypatch.setenv("SWAPLAB_LANE", value)
+        assert lane_enabled() is wanted, value
+    monkeypatch.setenv("SWAPLAB_LANE", "fast")
+    with pytest.raises(SwaplabError, match="say on or off"):
+        lane_enabled()
+    done = run_swaplab("serve", "--listen", f"127.0.0.1:{free_port()}", env={"SWAPLAB_LANE": "fast"}, timeout=60)
+    assert done.returncode != 0 and "SWAPLAB_LANE='fast': say on or off" in done.stderr + done.stdout

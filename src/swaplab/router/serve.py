@@ -143,9 +143,10 @@ def serve(
     router = Router(config, state_dir=directory, logs=hub, db=db or config.store_path, listen_host=host)
     reloader = ConfigReloader(router, config_path, port, notes, config_dir)
     factory, loop_name = event_loop()
+    use_lane = lane_enabled()  # a bad SWAPLAB_LANE is said before anything starts
     log.info("event loop: %s", loop_name)
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_serve(router, host, port, reloader, watch_config))
+        return runner.run(_serve(router, host, port, reloader, watch_config, use_lane))
 
 
 EVENT_LOOP_ENV = "SWAPLAB_EVENT_LOOP"
@@ -171,7 +172,9 @@ def event_loop() -> tuple[Callable[[], asyncio.AbstractEventLoop] | None, str]:
     return uvloop.new_event_loop, f"uvloop {uvloop.__version__}"
 
 
-async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader, watch: bool) -> int:
+async def _serve(
+    router: Router, host: str, port: int, reloader: ConfigReloader, watch: bool, use_lane: bool = True
+) -> int:
     config = router.config
     raise_open_files_limit()
     runner = web.AppRunner(
@@ -191,7 +194,7 @@ async def _serve(router: Router, host: str, port: int, reloader: ConfigReloader,
     lane = LaneServer(
         router.forwarder.handle_model_request, lambda: router.config, router.listen_loopback, runner.server,
         request_log(lambda: router.config.security.trusted_proxies)(log, "") if config.log_requests else None,
-    ) if lane_enabled() else None
+    ) if use_lane else None
     try:
         server = await loop.create_server(lane or runner.server, host, port, reuse_address=True, backlog=128)
     except OSError as error:
