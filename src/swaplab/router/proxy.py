@@ -401,7 +401,9 @@ async def relay_reshaped(
                 await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
             response = keepalive.response if keepalive is not None else None
             if response is None and reshape.streaming:
-                response = stream_response(request, headers={"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"})
+                response = stream_response(
+                    request, headers={"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"}
+                )
                 await response.prepare(request)
             if observation is not None:
                 observation.response = response
