@@ -40,7 +40,6 @@ import asyncio
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import statistics
@@ -57,6 +56,7 @@ import httptools
 import psutil
 from burst import Burst, chat_request  # benchmarks/burst.py, beside this script
 from overhead import Fleet, chat_body, free_port, one_request, percentile  # benchmarks/overhead.py
+from profile_burst import parse_collapsed, sample_tables  # benchmarks/profile_burst.py: its tables of py-spy's stacks
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -655,10 +655,6 @@ def limits(raw: dict, names: list[str]) -> dict[str, str]:
 
 # --- profiles (--py-spy) -----------------------------------------------------------------------
 
-# Leaf frames of a thread waiting, not working (py-spy may count a blocked thread as running).
-WAITING = ("EpollSelector.select", "Condition.wait", "_worker (concurrent/futures", "_do_waitpid")
-
-
 def py_spy_binary() -> str | None:
     return shutil.which("py-spy") or next((str(p) for p in [Path(PY).parent / "py-spy"] if p.exists()), None)
 
@@ -666,8 +662,8 @@ def py_spy_binary() -> str | None:
 def start_py_spy(processes: Fleet, directory: Path, name: str, pid: int) -> subprocess.Popen:
     directory.mkdir(parents=True, exist_ok=True)
     return processes.spawn(f"py-spy-{name}", [
-        py_spy_binary() or "py-spy", "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--nonblocking",
-        "--output", str(directory / f"{name}.txt"),
+        py_spy_binary() or "py-spy", "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--threads",
+        "--nonblocking", "--output", str(directory / f"{name}.txt"),
     ])
 
 
@@ -683,19 +679,11 @@ def stop_py_spy(spies: list[subprocess.Popen]) -> None:
 
 
 def own_time(path: Path, top: int = 14) -> list[str]:
-    """The functions on top of the stack in `path` (py-spy's collapsed stacks), waits left out, with their share."""
-    counts: dict[str, int] = {}
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        if not count.isdigit() or any(mark in frames[-1] for mark in WAITING):
-            continue
-        leaf = re.sub(r":\d+\)$", ")", frames[-1])
-        counts[leaf] = counts.get(leaf, 0) + int(count)
-        total += int(count)
-    ranked = sorted(counts.items(), key=lambda item: -item[1])[:top]
-    return [f"  {100 * n / total:5.1f}%  {name}" for name, n in ranked] if total else ["  (no samples)"]
+    """The functions on top of the stack in `path` (py-spy's collapsed stacks), waits left out, with their share:
+    profile_burst.py's own-time table."""
+    own = sample_tables(parse_collapsed(path.read_text()), own_code="")["own"]
+    total = sum(own.values())
+    return [f"  {100 * n / total:5.1f}%  {name}" for name, n in own.most_common(top)] if total else ["  (no samples)"]
 
 
 # --- the run ----------------------------------------------------------------------------------

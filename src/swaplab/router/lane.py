@@ -62,8 +62,6 @@ HEAD_LIMIT = 8190
 READ_AHEAD = 1024 * 1024
 # Verdicts kept per (Host, Origin, Sec-Fetch-Site): beyond this many, decided each time.
 VERDICTS_KEPT = 256
-_INTERNAL_ERROR = web.Response(status=500, text="500 Internal Server Error\n\nServer got itself in trouble",
-                               content_type="text/plain")
 
 Handler = Callable[[LaneRequest], Awaitable[web.StreamResponse]]
 
@@ -74,6 +72,12 @@ def lane_enabled() -> bool:
     if wanted not in ("", "on", "off", "1", "0"):
         raise SwaplabError(f"{LANE_ENV}={wanted!r}: say on or off")
     return wanted not in ("off", "0")
+
+
+def _internal_error() -> web.Response:
+    """aiohttp's answer to a handler that failed (a new one each time: the CORS headers are the request's)."""
+    return web.Response(status=500, text="500 Internal Server Error\n\nServer got itself in trouble",
+                        content_type="text/plain")
 
 
 class State(Enum):
@@ -207,7 +211,7 @@ class LaneConnection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._length = 0
         self._plain = True
-        """No header that keeps the request off the lane (a second length, chunks, Expect, an upgrade)."""
+        """No header that keeps the request off the lane (chunks, Expect, an upgrade)."""
         self._body_at = 0
         self._body_end = 0
 
@@ -379,7 +383,7 @@ class LaneConnection(asyncio.Protocol):
             # it waited): as aiohttp's server, the connection ends.
             self.close()
             return
-        except (ConnectionResetError, ConnectionError):
+        except ConnectionError:  # the client's socket went while an answer was written
             self.close()
             return
         except Exception:
@@ -388,7 +392,7 @@ class LaneConnection(asyncio.Protocol):
                 self.close()
                 return
             self.keep_alive = False
-            logged = self._answer(request, _INTERNAL_ERROR)
+            logged = self._answer(request, _internal_error())
         finally:
             self.task = None
         if self.server.access_log is not None and logged is not None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Any
+from http import HTTPStatus
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time
@@ -24,18 +25,12 @@ from yarl import URL
 
 from swaplab.router.guard import apply_cors
 
-_REASONS = {
-    200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 206: "Partial Content", 301: "Moved Permanently",
-    302: "Found", 304: "Not Modified", 307: "Temporary Redirect", 308: "Permanent Redirect", 400: "Bad Request",
-    401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-    409: "Conflict", 413: "Request Entity Too Large", 422: "Unprocessable Entity", 429: "Too Many Requests",
-    499: "Client Closed Request", 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
-    504: "Gateway Timeout",
-}
+# Reason phrases as aiohttp gives them: the standard library's, "" for a status it does not name.
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 _SERVER = f"Server: {SERVER_SOFTWARE}\r\n"
 
 
-class Sink:
+class Sink(Protocol):
     """What a lane response writes to: the client's connection (`lane.LaneConnection`)."""
 
     transport: asyncio.Transport | None
@@ -134,9 +129,11 @@ class LaneResponse:
 
     def __init__(self, sink: Sink, status: int = 200, reason: str | None = None,
                  headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None):
+        if reason is not None and ("\r" in reason or "\n" in reason):
+            raise ValueError("a reason phrase holds a line break")
         self._sink = sink
         self.status = status
-        self.reason = reason or _REASONS.get(status, "")
+        self.reason = reason if reason is not None else _REASONS.get(status, "")
         self.headers: CIMultiDict[str] = CIMultiDict(headers or ())
         self.prepared = False
         self.body_length = 0
@@ -236,12 +233,10 @@ def stream_response(
     return web.StreamResponse(status=status, reason=reason, headers=headers)
 
 
-def head_bytes(status: int, reason: str, headers: Iterable[tuple[str, str]] | CIMultiDict[str],
-               server: bool = True) -> bytes:
+def head_bytes(status: int, reason: str, headers: CIMultiDict[str], server: bool = True) -> bytes:
     """The status line and headers of an HTTP/1.1 answer; a header holding a line break is refused (injection)."""
     lines = [f"HTTP/1.1 {status} {reason}\r\n"]
-    items = headers.items() if isinstance(headers, (CIMultiDict, CIMultiDictProxy)) else headers
-    for name, value in items:
+    for name, value in headers.items():
         if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
             raise ValueError(f"header {name!r} holds a line break")
         lines.append(f"{name}: {value}\r\n")
@@ -273,4 +268,4 @@ def answer_bytes(response: web.Response, keep_alive: bool, method: str = "POST")
         headers["Date"] = rfc822_formatted_time()
     if not keep_alive:
         headers["Connection"] = "close"
-    return head_bytes(status, response.reason or _REASONS.get(status, ""), headers, "Server" not in headers) + bytes(body)
+    return head_bytes(status, response.reason, headers, "Server" not in headers) + bytes(body)

@@ -177,6 +177,8 @@ async def _serve(
 ) -> int:
     config = router.config
     raise_open_files_limit()
+    # `logRequests`: one line per request, from the lane and from aiohttp's server alike.
+    request_log_class = request_log(lambda: router.config.security.trusted_proxies)
     runner = web.AppRunner(
         compose(router), handler_cancellation=True, shutdown_timeout=SHUTDOWN_SECONDS,
         # `security.limits.headerTimeout`: from a connection's start (and from the end of each
@@ -185,7 +187,7 @@ async def _serve(
         keepalive_timeout=config.security.limits.header_timeout,
         # `logRequests`: one line per request; without it aiohttp does no access logging at all.
         access_log=log if config.log_requests else None,
-        access_log_class=request_log(lambda: router.config.security.trusted_proxies),
+        access_log_class=request_log_class,
     )
     await runner.setup()
     loop = asyncio.get_running_loop()
@@ -193,7 +195,7 @@ async def _serve(
     # request, and every connection the lane hands over, by aiohttp's server.
     lane = LaneServer(
         router.forwarder.handle_model_request, lambda: router.config, router.listen_loopback, runner.server,
-        request_log(lambda: router.config.security.trusted_proxies)(log, "") if config.log_requests else None,
+        request_log_class(log, "") if config.log_requests else None,
     ) if use_lane else None
     try:
         server = await loop.create_server(lane or runner.server, host, port, reuse_address=True, backlog=128)
