@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from swaplab.config import macros as macro_rules
 from swaplab.config.checks import check_devices, check_names
+from swaplab.config.engines import check_engines
 from swaplab.config.cmd import strip_comment_lines
 from swaplab.config.groups import read_preload
 from swaplab.config.kvcache import read_kv_cache_store
@@ -193,6 +194,7 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
 
     check_names(findings, models, peers, model_entries, peer_entries)
     check_devices(findings, models, devices)
+    check_engines(findings, models, model_entries)
     findings.raise_faults()
     return Config(
         estimates=estimate_claims(models, devices),

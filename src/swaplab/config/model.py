@@ -163,6 +163,8 @@ class ModelConfig:
     vram_gib: dict[int, float] = field(default_factory=dict)
     sleep: SleepConfig | None = None
     """swaplab: put to sleep instead of stopped when a swap needs its GPU (`config.sleep`)."""
+    api_key: str = ""
+    """swaplab: the key the router's own calls to this server carry (`apiKey`); else read from its cmd."""
     kv_cache: KvCacheConfig | None = None
     """swaplab: save its KV cache when evicted, restore it on return (`config.kvcache`); None: off."""
     raw_text: str = ""

@@ -305,6 +305,7 @@ def _build_model(
         vram_gib=vram_gib,
         sleep=read_sleep(model),
         kv_cache=read_kv_cache(model),
+        api_key=model.string("apiKey"),
         raw_text=_raw_text(entry, lines),
         line=entry.key_line,
     )

@@ -147,8 +147,10 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
 
 
 def config_secrets(config: Config) -> tuple[str, ...]:
-    """The config's own secret values: its `apiKeys` and the peers' `apiKey`s."""
-    return tuple(key for key in (*config.api_keys, *(peer.api_key for peer in config.peers.values())) if key)
+    """The config's own secret values: its `apiKeys`, the peers' and the models' `apiKey`s."""
+    keys = (*config.api_keys, *(peer.api_key for peer in config.peers.values()),
+            *(model.api_key for model in config.models.values()))
+    return tuple(key for key in keys if key)
 
 
 def model_secrets(model: ModelConfig) -> tuple[str, ...]:

@@ -52,12 +52,15 @@ from swaplab.fleet.reaper import (
     signal_group,
 )
 from swaplab.fleet.run import Run
+from swaplab.fleet.sleepcheck import ReportWatch, freed_nothing, nvml_freed, report_patterns
 from swaplab.metrics import Metrics
 
 log = logging.getLogger("swaplab.fleet")
 
 
 
+# How long after a sleep call's answer the engine's own report of what it freed may still arrive.
+REPORT_GRACE_SECONDS = 5.0
 # A model whose sleep or wake failed this many times in a row is stopped, not put to
 # sleep, until its config entry changes.
 SLEEP_FAULT_LIMIT = 2
@@ -120,8 +123,13 @@ class Backend:
         metrics: Metrics | None = None,
         load_clock: LoadClock | None = None,
         on_progress: Callable[[Backend], None] | None = None,
+        gpu_held: Callable[[int], dict[int, float] | None] | None = None,
     ):
         self.model = model
+        self._gpu_held = gpu_held
+        """GiB a process tree holds on each GPU (NVML), or None where it cannot be read."""
+        self._sleep_report: ReportWatch | None = None
+        """Armed while a sleep is under way: the engine's own line saying what it freed."""
         self._load_clock = load_clock or LoadClock()
         self._on_progress = on_progress
         self.watch: LoadWatch | None = None
@@ -202,6 +210,8 @@ class Backend:
         """A line of the server's output: it may move the start's stage (never the ready state)."""
         if self.watch is not None and self.watch.line(line, time.monotonic()) and self._on_progress is not None:
             self._on_progress(self)
+        if self._sleep_report is not None:
+            self._sleep_report.line(line)
 
     def _enter(self, stage: str) -> None:
         if self.watch is not None and self.watch.enter(stage, time.monotonic()) and self._on_progress is not None:
@@ -364,7 +374,14 @@ class Backend:
         sleep = self.model.sleep
         assert sleep is not None
         began = time.monotonic()
-        failure = await call_all(self._http, self.model.proxy, sleep.sleep_calls, sleep.timeout, run.exited, run.stop_wanted)
+        held_before = self._gpu_held(run.pid) if self._gpu_held is not None and run.pid is not None else None
+        self._sleep_report = ReportWatch(report_patterns(self.model), self.id)
+        try:
+            failure = await call_all(self._http, self.model, sleep.sleep_calls, sleep.timeout, run.exited, run.stop_wanted)
+            if failure is None and not run.stop_wanted.is_set():
+                failure = await self._freed_nothing(run, self._sleep_report, held_before)
+        finally:
+            self._sleep_report = None
         if failure is not None:
             return await self._fall_back(run, f"its sleep failed ({failure})")
         if run.stop_wanted.is_set():
@@ -378,6 +395,18 @@ class Backend:
                  run.pid, self.host_gib or 0.0)
         return True
 
+    async def _freed_nothing(self, run: Run, report: ReportWatch, held_before: dict[int, float] | None) -> str | None:
+        """Why the sleep that just answered is not believed (it freed nothing), or None. The engine's own
+        report is awaited a moment: its worker prints it beside the answer, on another pipe."""
+        if report.patterns and not report.seen.is_set():
+            await first_of(report.seen.wait(), asyncio.sleep(REPORT_GRACE_SECONDS), run.exited.wait(),
+                           run.stop_wanted.wait())
+        if report.freed is not None:
+            return freed_nothing(report.freed)
+        if held_before is not None and self._gpu_held is not None and run.pid is not None:
+            return freed_nothing(nvml_freed(held_before, self._gpu_held(run.pid)))
+        return None
+
     async def _wake_up(self, run: Run) -> bool:
         """The wake calls, then readiness proved as after a start; False when the run is ending."""
         sleep = self.model.sleep
@@ -385,7 +414,7 @@ class Backend:
         began = time.monotonic()
         self.watch = self._load_clock.begin(self.id, "wake", self.identity, began)
         self._enter("waking")
-        failure = await call_all(self._http, self.model.proxy, sleep.wake_calls, sleep.timeout, run.exited, run.stop_wanted)
+        failure = await call_all(self._http, self.model, sleep.wake_calls, sleep.timeout, run.exited, run.stop_wanted)
         if failure is None:
             not_ready = await self._wait_ready(run, time.monotonic() + sleep.timeout, after="waking")
             failure = str(not_ready).split(";")[0] if not_ready is not None else None

@@ -124,7 +124,7 @@ class ContextKeeper:
         try:
             try:
                 holdings = await self._slots_call(
-                    run, slot_holdings(self._http, self.model.proxy, settings.save_timeout))
+                    run, slot_holdings(self._http, self.model, settings.save_timeout))
             except SlotCallFailed as error:
                 self._context_failed("listing its slots", str(error), began, restore=False)
                 return
@@ -141,7 +141,7 @@ class ContextKeeper:
                 name = cache_file_name(found, slot_id, f"{time.time_ns():x}")
                 try:
                     answer = await self._slots_call(
-                        run, slot_action(self._http, self.model.proxy, slot_id, "save", name, remaining))
+                        run, slot_action(self._http, self.model, slot_id, "save", name, remaining))
                 except SlotCallFailed as error:
                     await store.discard(directory, name)
                     why = f"no answer within its saveTimeout of {settings.save_timeout:g} s" if error.timed_out \
@@ -199,7 +199,7 @@ class ContextKeeper:
             for cache in caches:
                 what = f"restoring slot {cache.slot_id} ({cache.tokens} tokens)"
                 started = time.monotonic()
-                restore = slot_action(self._http, self.model.proxy, cache.slot_id, "restore", cache.file_name,
+                restore = slot_action(self._http, self.model, cache.slot_id, "restore", cache.file_name,
                                       max(0.0, deadline - started))
                 request = asyncio.ensure_future(restore)
                 await first_of(request, run.exited.wait(), run.stop_wanted.wait())

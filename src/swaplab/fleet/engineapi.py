@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import psutil
 
+from swaplab.config.engines import call_headers
 from swaplab.config.model import ModelConfig, SleepCall
 
 GIB = 1024**3
@@ -46,18 +47,20 @@ def check_url(proxy: str, check: str) -> str:
 async def ready_once(http: aiohttp.ClientSession, model: ModelConfig, check: str) -> bool:
     base = model.proxy.rstrip("/")
     try:
+        # A server started with its own key (`--api-key`, TabbyAPI's tokens) is asked with it.
+        headers = call_headers(model, "/v1/completions" if check == "generate" else urlsplit(check).path or "/")
         if check == "generate":
             # /health can say 200 minutes before the server can serve (the seed's
             # SGLang): only a real one-token completion proves readiness.
             body = {"model": model.use_model_name or model.id, "prompt": "Hi", "max_tokens": 1}
             timeout = aiohttp.ClientTimeout(total=GENERATE_ATTEMPT_TIMEOUT)
-            async with http.post(f"{base}/v1/completions", json=body, timeout=timeout) as response:
+            async with http.post(f"{base}/v1/completions", json=body, timeout=timeout, headers=headers) as response:
                 if response.status != 200:
                     return False
                 payload = await response.json(content_type=None)
                 return bool(payload.get("choices"))
         timeout = aiohttp.ClientTimeout(total=5)
-        async with http.get(check_url(model.proxy, check), timeout=timeout) as response:
+        async with http.get(check_url(model.proxy, check), timeout=timeout, headers=headers) as response:
             await response.read()
             return response.status == 200
     except (TimeoutError, aiohttp.ClientError, ValueError):
@@ -66,7 +69,7 @@ async def ready_once(http: aiohttp.ClientSession, model: ModelConfig, check: str
 
 async def call_all(
     http: aiohttp.ClientSession,
-    proxy: str,
+    model: ModelConfig,
     calls: tuple[SleepCall, ...],
     timeout: float,
     exited: asyncio.Event,
@@ -77,9 +80,8 @@ async def call_all(
     A call is abandoned as soon as the process exits (why: its exit) or a stop is wanted
     (None: the caller sees the stop and ends the run).
     """
-    base = proxy.rstrip("/")
     for call in calls:
-        request = asyncio.ensure_future(_call(http, base, call, timeout))
+        request = asyncio.ensure_future(_call(http, model, call, timeout))
         await first_of(request, exited.wait(), stopped.wait())
         if stopped.is_set():
             return None
@@ -91,12 +93,12 @@ async def call_all(
     return None
 
 
-async def _call(http: aiohttp.ClientSession, base: str, call: SleepCall, timeout: float) -> str | None:
-    kwargs: dict = {"timeout": aiohttp.ClientTimeout(total=timeout)}
+async def _call(http: aiohttp.ClientSession, model: ModelConfig, call: SleepCall, timeout: float) -> str | None:
+    kwargs: dict = {"timeout": aiohttp.ClientTimeout(total=timeout), "headers": call_headers(model, call.path)}
     if call.body is not None:
         kwargs["json"] = call.body
     try:
-        async with http.request(call.method, base + call.path, **kwargs) as response:
+        async with http.request(call.method, model.proxy.rstrip("/") + call.path, **kwargs) as response:
             text = await response.text(errors="replace")
             if response.status >= 300:
                 return f"HTTP {response.status} {text.strip()[:200]}"
@@ -150,10 +152,10 @@ class SlotCallFailed(Exception):
         self.timed_out = timed_out
 
 
-async def slot_holdings(http: aiohttp.ClientSession, proxy: str, timeout: float) -> list[tuple[int, int | None, bool]]:
+async def slot_holdings(http: aiohttp.ClientSession, model: ModelConfig, timeout: float) -> list[tuple[int, int | None, bool]]:
     """`GET /slots`: each slot's id, the tokens it holds (None when the server does not say) and
     whether it is processing a request now."""
-    document = await _slots_call(http, "GET", f"{proxy.rstrip('/')}/slots", None, timeout)
+    document = await _slots_call(http, model, "GET", "/slots", None, timeout)
     if not isinstance(document, list):
         raise SlotCallFailed(f"GET /slots: expected a list of slots, got {type(document).__name__}")
     holdings = []
@@ -173,21 +175,24 @@ async def slot_holdings(http: aiohttp.ClientSession, proxy: str, timeout: float)
 
 
 async def slot_action(
-    http: aiohttp.ClientSession, proxy: str, slot_id: int, action: str, filename: str, timeout: float
+    http: aiohttp.ClientSession, model: ModelConfig, slot_id: int, action: str, filename: str, timeout: float
 ) -> dict:
     """`POST /slots/{id}?action=save|restore` with the file name; llama.cpp's answer (n_saved, n_written;
     n_restored, n_read)."""
-    url = f"{proxy.rstrip('/')}/slots/{slot_id}?action={action}"
-    document = await _slots_call(http, "POST", url, {"filename": filename}, timeout)
+    document = await _slots_call(http, model, "POST", f"/slots/{slot_id}?action={action}", {"filename": filename}, timeout)
     if not isinstance(document, dict):
         raise SlotCallFailed(f"{action} of slot {slot_id}: expected a JSON object")
     return document
 
 
-async def _slots_call(http: aiohttp.ClientSession, method: str, url: str, body: dict | None, timeout: float):
-    what = f"{method} {urlsplit(url).path}"
+async def _slots_call(http: aiohttp.ClientSession, model: ModelConfig, method: str, path: str, body: dict | None,
+                      timeout: float):
+    what = f"{method} {urlsplit(path).path}"
+    url = model.proxy.rstrip("/") + path
+    headers = call_headers(model, path)
     try:
-        async with http.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+        async with http.request(method, url, json=body, timeout=aiohttp.ClientTimeout(total=timeout),
+                                headers=headers) as response:
             text = await response.text(errors="replace")
             if response.status != 200:
                 raise SlotCallFailed(f"{what}: HTTP {response.status} {_error_text(text)}")

@@ -183,6 +183,7 @@ class Fleet:
                 metrics=self.metrics,
                 load_clock=self.load_clock,
                 on_progress=self._backend_progressed,
+                gpu_held=self._gpu_held,
             )
             self._backends[model_id] = backend
         return backend
@@ -660,13 +661,17 @@ class Fleet:
                 self._start_failed(backend, run, run.ready.exception())
         self._schedule_soon()
 
+    def _gpu_held(self, pid: int) -> dict[int, float] | None:
+        """GiB a server's process tree holds on each GPU (NVML), or None where it cannot say."""
+        return self.device_probe.process_memory({pid, *(child.pid for child in descendants(pid))})
+
     def _measure_claim(self, backend: Backend, run: Run) -> None:
         """With NVML, what a model with an estimated claim really took once ready: logged beside
         the estimate, and its claim from now on (until its entry changes)."""
         estimate = self.config.estimates.get(backend.id)
         if estimate is None or estimate.claim is None or backend.model.vram_gib or run.pid is None:
             return
-        taken = self.device_probe.process_memory({run.pid, *(child.pid for child in descendants(run.pid))})
+        taken = self._gpu_held(run.pid)
         if not taken:
             return
         measured = {device: round(taken.get(device, 0.0), 3) for device in estimate.claim}

@@ -390,6 +390,7 @@ def facts_from_hf_config(config: Mapping[str, Any], weights_bytes: int, source: 
         swa_layers = (True,) * n_layer
     kv_lora_rank = int(config.get("kv_lora_rank") or 0)
     rope_dim = int(config.get("qk_rope_head_dim") or 0) if kv_lora_rank else 0
+    attention = hf_attention_layers(config, n_layer)
     return ModelFacts(
         source=source,
         architecture=str((config.get("architectures") or [config.get("model_type", "?")])[0]),
@@ -398,7 +399,8 @@ def facts_from_hf_config(config: Mapping[str, Any], weights_bytes: int, source: 
         n_vocab=int(config.get("vocab_size") or 0),
         n_ctx_train=int(config.get("max_position_embeddings") or 0),
         n_head=(heads,) * n_layer,
-        n_head_kv=(kv_heads,) * n_layer,
+        n_head_kv=tuple(kv_heads if attends else 0 for attends in attention),
+        recurrent_layers=tuple(not attends for attends in attention) if not all(attention) else (),
         head_dim_k=head_dim if not kv_lora_rank else int(config.get("qk_nope_head_dim", 0)) + rope_dim,
         head_dim_v=int(config.get("v_head_dim") or head_dim),
         sliding_window=window,
@@ -411,6 +413,28 @@ def facts_from_hf_config(config: Mapping[str, Any], weights_bytes: int, source: 
         weights_bytes=weights_bytes,
         weights_dtype=str(config.get("torch_dtype") or config.get("dtype") or ""),
     )
+
+
+def hf_attention_layers(config: Mapping[str, Any], n_layer: int) -> tuple[bool, ...]:
+    """Which layers of a Hugging Face config keep a KV cache: all but the linear-attention,
+    Mamba, convolution and MLP-only layers of a hybrid, in each family's own spelling
+    (`layer_types`, `layers_block_type`, Nemotron-H's `hybrid_override_pattern`, Jamba's
+    `attn_layer_period`/`attn_layer_offset`, Qwen3-Next's `full_attention_interval`)."""
+    kinds = config.get("layer_types") or config.get("layers_block_type")
+    if isinstance(kinds, list) and len(kinds) == n_layer:
+        # "full_attention", "sliding_attention", "attention" keep KV; "linear_attention", "mamba", "conv" do not.
+        return tuple(isinstance(kind, str) and "attention" in kind and "linear" not in kind for kind in kinds)
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) == n_layer:
+        return tuple(symbol == "*" for symbol in pattern)  # M: Mamba, -: MLP, E: MoE, *: attention
+    period = config.get("attn_layer_period")
+    if isinstance(period, int) and period > 0:
+        offset = int(config.get("attn_layer_offset") or 0)
+        return tuple(layer % period == offset for layer in range(n_layer))
+    interval = config.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0:
+        return tuple((layer + 1) % interval == 0 for layer in range(n_layer))
+    return (True,) * n_layer
 
 
 def _safetensors_bytes(folder: Path) -> int:

@@ -97,13 +97,16 @@ class RankNeed:
 def hf_rank_need(facts: ModelFacts, ctx: int, cache_bytes: float = 2.0, tensor_parallel: int = 1) -> RankNeed:
     """Per GPU of a tensor-parallel vLLM/SGLang load: the weights split over the ranks and
     the KV cache for `ctx` tokens of context (all slots together), its heads split over the
-    ranks (replicated where there are fewer KV heads than ranks; MLA's latent on every rank)."""
+    ranks (replicated where there are fewer KV heads than ranks; MLA's latent on every rank);
+    only a hybrid's attention layers count."""
     ranks = max(1, tensor_parallel)
     per_token = 0.0
     window = 0.0
     for layer in range(facts.n_layer):
         if facts.mla:
             per_token += (facts.kv_lora_rank + facts.rope_dim) * cache_bytes
+            continue
+        if not facts.n_head_kv[layer]:  # a hybrid's linear-attention or Mamba layer keeps no KV cache
             continue
         heads = max(1, -(-facts.n_head_kv[layer] // ranks))
         width = heads * (facts.head_dim_k + facts.head_dim_v) * cache_bytes

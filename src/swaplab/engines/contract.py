@@ -1,0 +1,228 @@
+"""What an engine is, as its release says: the contract fixtures under `contracts/`, typed.
+
+Each `contracts/<engine>.yaml` was read from one release of the engine (vLLM's and SGLang's
+PyPI wheels, llama.cpp as the xllamacpp sdist vendors it, TabbyAPI's repository), every fact
+with the `file:line` it came from. Nothing here is an assumption of ours: the sim's engine
+personalities, `config check`, the fleet's calls and the memory claims all read these, and
+tests/test_engine_contracts.py holds the sim to them. A newer release that changes a contract
+changes its fixture, and the tests show what follows.
+
+Only the fields swaplab acts on are typed; the rest of a fixture (prose with its origins) is
+kept for people and the docs.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from swaplab.errors import SwaplabError
+
+EngineName = Literal["vllm", "sglang", "llamacpp", "tabby"]
+ENGINES: tuple[EngineName, ...] = ("vllm", "sglang", "llamacpp", "tabby")
+
+
+class _Facts(BaseModel):
+    # A fixture holds more than swaplab reads (prose, origins): kept, not refused.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Refusal(_Facts):
+    """An HTTP answer the engine gives: its status and body (with `{model}` where it names one)."""
+
+    status: int
+    body: Any = None
+    origin: str = ""
+
+
+class ServedName(_Facts):
+    flags: tuple[str, ...] = ()
+    default: str = ""
+    any_name_accepted: bool = False
+    unknown_model: Refusal | None = None
+
+
+class Admin(_Facts):
+    flags: tuple[str, ...] = ()
+    routes: tuple[str, ...] = ()
+    rule: str = ""
+
+
+class Auth(_Facts):
+    flags: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    header: str = "Authorization: Bearer {key}"
+    also: tuple[str, ...] = ()
+    protected: str = ""
+    unprotected: tuple[str, ...] = ()
+    refused: Refusal | None = None
+    admin: Admin | None = None
+    origin: str = ""
+
+    def headers(self, key: str) -> dict[str, str]:
+        """The header that carries `key` the way this engine reads it first."""
+        name, _, value = self.header.partition(":")
+        return {name.strip(): value.strip().format(key=key)}
+
+
+class Requires(_Facts):
+    flags: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    why: str = ""
+
+
+class Route(_Facts):
+    method: str
+    path: str
+    requires: Requires | None = None
+    origin: str = ""
+
+
+class Call(_Facts):
+    method: str
+    path: str
+    params: str = ""
+    origin: str = ""
+
+
+class Report(_Facts):
+    """A log line the engine prints with figures: its format string and what the figures mean."""
+
+    format: str
+    example: str = ""
+    meaning: str = ""
+    origin: str = ""
+
+    def pattern(self) -> re.Pattern[str]:
+        """A regular expression for the line, each printf/format field a named group from `meaning`."""
+        return report_pattern(self.format, self.meaning)
+
+
+class Sleep(_Facts):
+    requires: Requires = Field(default_factory=Requires)
+    weights_back_requires: Requires | None = None
+    calls: dict[str, Call] = Field(default_factory=dict)
+    reports: tuple[Report, ...] = ()
+
+
+class Utilization(_Facts):
+    flags: tuple[str, ...] = ()
+    default: float | None = None
+    rule: str = ""
+    origin: str = ""
+
+
+class ContextSpellings(_Facts):
+    examples: dict[str, Any] = Field(default_factory=dict)
+    origin: str = ""
+
+
+class Memory(_Facts):
+    utilization: Utilization | None = None
+    kv_cache_bytes_flags: tuple[str, ...] = ()
+    tensor_parallel_flags: tuple[str, ...] = ()
+    data_parallel_flags: tuple[str, ...] = ()
+    pipeline_parallel_flags: tuple[str, ...] = ()
+    context_flags: tuple[str, ...] = ()
+    context_spellings: ContextSpellings | None = None
+    kv_cache_dtype_flags: tuple[str, ...] = ()
+    kv_cache_dtypes: dict[str, float | None] = Field(default_factory=dict)
+    reports: tuple[Report, ...] = ()
+
+
+class StartupLine(_Facts):
+    stage: str
+    format: str = ""
+    example: str = ""
+    origin: str = ""
+
+
+class Startup(_Facts):
+    verbosity: str = ""
+    lines: tuple[StartupLine, ...] = ()
+
+
+class Health(_Facts):
+    path: str = "/health"
+    while_loading: str = ""
+    origin: str = ""
+
+
+class Contract(_Facts):
+    """One engine's contract, as its release has it."""
+
+    engine: EngineName
+    name: str
+    release: str
+    read_from: str
+    served_name: ServedName
+    auth: Auth
+    health: Health = Field(default_factory=Health)
+    routes: tuple[Route, ...] = ()
+    absent: tuple[str, ...] = ()
+    sleep: Sleep | None = None
+    memory: Memory = Field(default_factory=Memory)
+    startup: Startup = Field(default_factory=Startup)
+
+    def route(self, method: str, path: str) -> Route | None:
+        """The route the engine serves at `method path`, or None."""
+        return next((r for r in self.routes if r.method == method and r.path == path), None)
+
+    def serves(self, path: str) -> bool:
+        """Whether the engine has a route at `path` at all (whatever it requires)."""
+        return path not in self.absent and any(route.path == path for route in self.routes)
+
+
+@cache
+def contract(engine: str) -> Contract:
+    """The contract of `engine` (vllm, sglang, llamacpp, tabby), read once."""
+    if engine not in ENGINES:
+        raise SwaplabError(f"no engine contract for {engine!r}: the engines are {', '.join(ENGINES)}")
+    source = resources.files("swaplab.engines").joinpath("contracts", f"{engine}.yaml")
+    text = source.read_text(encoding="utf-8")
+    try:
+        return Contract.model_validate(yaml.safe_load(text))
+    except (yaml.YAMLError, ValidationError) as error:
+        # A packaging fault, never a user's: say which fixture and why.
+        raise SwaplabError(f"swaplab's engine contract {engine}.yaml is broken: {error}") from None
+
+
+_FIELD = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[sdifgeEx]|\{[^{}]*\}")
+
+
+def report_pattern(fmt: str, meaning: str) -> re.Pattern[str]:
+    """A regex for a printf- or format-style log line; the fields become groups named by `meaning`
+    ("freed_gib, in_use_gib"), unnamed where `meaning` has no name for them."""
+    names = meaning_names(meaning)
+    parts: list[str] = []
+    last = 0
+    for index, field in enumerate(_FIELD.finditer(fmt)):
+        parts.append(re.escape(fmt[last:field.start()]))
+        name = names[index] if index < len(names) else None
+        value = r"-?[0-9.]+(?:[eE][-+]?\d+)?" if not field.group().endswith("s") else r"\S+"
+        parts.append(f"(?P<{name}>{value})" if name else f"(?:{value})")
+        last = field.end()
+    parts.append(re.escape(fmt[last:]))
+    return re.compile("".join(parts))
+
+
+_ASIDE = re.compile(r"\([^()]*\)")
+_NAME = re.compile(r"\s*([A-Za-z_]\w*)\b")
+
+
+def meaning_names(meaning: str) -> list[str | None]:
+    """The figure names of a report's `meaning` ("freed_gib (prose), still_in_use_gib; more prose"):
+    the leading word of each comma-separated part before any ';', asides in brackets left out."""
+    text = meaning
+    while _ASIDE.search(text):
+        text = _ASIDE.sub("", text)
+    names: list[str | None] = []
+    for part in text.split(";", 1)[0].split(","):
+        found = _NAME.match(part)
+        names.append(found.group(1) if found and "_" in found.group(1) else None)
+    return names
