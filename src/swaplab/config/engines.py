@@ -33,7 +33,7 @@ def check_engines(
         if engine is not None:
             facts = contract(engine)
             _served_name(findings, model, facts, lines)
-            if model.sleep is not None:
+            if model.sleep is not None and model.sleep.engine == engine:
                 _sleep_flags(findings, model, facts, lines, environ)
         if model.sleep is not None and model.sleep.engine in ("vllm", "sglang") and engine not in (None, model.sleep.engine):
             findings.fault(lines.get("sleep", model.line),
@@ -133,7 +133,8 @@ def engine_key(model: ModelConfig) -> tuple[str, str]:
     if engine is None:
         return model.api_key, ""
     auth = contract(engine).auth
-    key = model.api_key or flag_value(model.cmd, auth.flags) or ""
+    # `--api-key a,b` (llama.cpp) and `--api-key a b` (vLLM) take several: the first serves.
+    key = model.api_key or (flag_value(model.cmd, auth.flags) or "").split(",")[0]
     if not key:
         env = command_env(model.cmd, model.env)
         key = next((env[name] for name in auth.env if env.get(name)), "")

@@ -192,19 +192,25 @@ def contract(engine: str) -> Contract:
         raise SwaplabError(f"swaplab's engine contract {engine}.yaml is broken: {error}") from None
 
 
-_FIELD = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?[sdifgeEx]|\{[^{}]*\}")
+_FIELD = re.compile(r"%[-+ #0]*\d*(?:\.\d+)?(?:l{0,2}|z)[sdiufgeEx]|\{[^{}]*\}")
 
 
 def report_pattern(fmt: str, meaning: str) -> re.Pattern[str]:
-    """A regex for a printf- or format-style log line; the fields become groups named by `meaning`
-    ("freed_gib, in_use_gib"), unnamed where `meaning` has no name for them."""
+    """A regex for a printf- or format-style log line; its numeric fields become groups named by
+    `meaning` ("freed_gib (prose), in_use_gib"), unnamed where `meaning` has no name for them."""
     names = meaning_names(meaning)
     parts: list[str] = []
     last = 0
+    fmt = fmt.rstrip("\n")
     for index, field in enumerate(_FIELD.finditer(fmt)):
         parts.append(re.escape(fmt[last:field.start()]))
+        text = field.group()
+        numeric = bool(re.search(r"[diufgeEx]$", text) if text.startswith("%") else re.search(r":[^{}]*[dfgeE%]\}$", text))
         name = names[index] if index < len(names) else None
-        value = r"-?[0-9.]+(?:[eE][-+]?\d+)?" if not field.group().endswith("s") else r"\S+"
+        # A field `meaning` names is a figure, whatever its conversion (vLLM prints its GiB with %s).
+        value = r"-?[0-9.,]+(?:[eE][-+]?\d+)?" if numeric or name else r".*?"
+        if re.match(r"%[-+ #0]*\d", text):  # a width: padded with spaces
+            value = r"\s*" + value
         parts.append(f"(?P<{name}>{value})" if name else f"(?:{value})")
         last = field.end()
     parts.append(re.escape(fmt[last:]))
