@@ -51,8 +51,8 @@ def start_sim(tmp_path):
     """`start_sim(*flags)` starts a `swaplab sim` (tests/procs.py `Sim`) with those flags; all stop at the end."""
     started: list[Sim] = []
 
-    def start(*extra: str) -> Sim:
-        sim = Sim(tmp_path, *extra)
+    def start(*extra: str, env: dict[str, str] | None = None, model: str = "sim-model") -> Sim:
+        sim = Sim(tmp_path, *extra, env=env, model=model)
         started.append(sim)
         return sim
 

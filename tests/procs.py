@@ -93,7 +93,7 @@ async def eventually(check, timeout: float, what: str | Callable[[], str], inter
 class SwaplabProcess:
     """`python -m swaplab ARGS` as a child with its output in a file; stopped on close."""
 
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None):
         self.args = args
         self.log_path = log_path
         self._log = open(log_path, "wb")
@@ -103,6 +103,7 @@ class SwaplabProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            cwd=cwd,
         )
 
     @property
@@ -173,10 +174,15 @@ def alive(pid: int) -> bool:
 class Sim(SwaplabProcess):
     """`swaplab sim` on a free port; `extra` are its options (`--ttft-ms 100`, ...)."""
 
-    def __init__(self, workdir: Path, *extra: str, model: str = "sim-model"):
+    def __init__(self, workdir: Path, *extra: str, model: str = "sim-model", env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        super().__init__(["sim", "--port", str(self.port), "--model", model, *extra], workdir / f"sim-{self.port}.log")
+        # In its own folder: an engine that keeps files where it runs (TabbyAPI's api_tokens.yml) keeps them there.
+        folder = workdir / f"sim-{self.port}"
+        folder.mkdir()
+        super().__init__(["sim", "--port", str(self.port), "--model", model, *extra], workdir / f"sim-{self.port}.log",
+                         env=env, cwd=folder)
+        self.folder = folder
         self.wait_http(f"{self.url}/sim/stats")
 
 

@@ -11,13 +11,15 @@ def test_vllm_level_1_is_the_default_and_sleeps_and_wakes_in_one_call_each():
     config = load("""
         models:
           a:
-            cmd: vllm serve x --port ${PORT} --enable-sleep-mode
+            cmd: vllm serve x --port ${PORT} --enable-sleep-mode --served-model-name a
+            env: [VLLM_SERVER_DEV_MODE=1]
             sleep:
               engine: vllm
     """)
     sleep = config.models["a"].sleep
     assert sleep is not None and sleep.level == 1 and sleep.timeout == 120
-    assert sleep.sleep_calls == (SleepCall("POST", "/sleep?level=1"),)
+    # mode=wait: vLLM's default mode would abort what is running (vllm/v1/engine/core.py:2439-2443).
+    assert sleep.sleep_calls == (SleepCall("POST", "/sleep?level=1&mode=wait"),)
     assert sleep.wake_calls == (SleepCall("POST", "/wake_up"),)
     assert sleep.host_memory_gib is None
     assert config.host_memory == HostMemory(budget_gib=None, headroom_gib=8.0)
@@ -27,7 +29,9 @@ def test_vllm_level_2_reloads_the_weights_and_resets_the_prefix_cache_on_wake():
     sleep = load("""
         models:
           a:
-            cmd: vllm serve x --port ${PORT}
+            cmd: vllm serve x --port ${PORT} --enable-sleep-mode
+            useModelName: x
+            env: [VLLM_SERVER_DEV_MODE=1]
             sleep: {engine: vllm, level: 2, hostMemoryGiB: 2.5, timeout: 300}
     """).models["a"].sleep
     assert sleep is not None
@@ -45,14 +49,20 @@ def test_sglang_releases_and_resumes_memory_occupation():
           headroomGiB: 4
         models:
           a:
-            cmd: python -m sglang.launch_server --port ${PORT} --enable-memory-saver
+            cmd: python -m sglang.launch_server --port ${PORT} --enable-memory-saver --enable-weights-cpu-backup
             sleep:
               engine: sglang
     """)
     model = sleep.models["a"].sleep
     assert model is not None and model.level is None
-    assert model.sleep_calls == (SleepCall("POST", "/release_memory_occupation", {}),)
-    assert model.wake_calls == (SleepCall("POST", "/resume_memory_occupation", {}),)
+    # Paused with its requests retracted first: a release with a busy scheduler kills SGLang
+    # (sglang/srt/managers/scheduler_components/weight_updater.py:339-341).
+    assert model.sleep_calls == (
+        SleepCall("POST", "/pause_generation", {"mode": "retract"}), SleepCall("POST", "/release_memory_occupation", {}),
+    )
+    assert model.wake_calls == (
+        SleepCall("POST", "/resume_memory_occupation", {}), SleepCall("POST", "/continue_generation", {}),
+    )
     assert sleep.host_memory == HostMemory(budget_gib=96, headroom_gib=4)
 
 
@@ -70,7 +80,8 @@ def test_http_calls_as_written_and_a_preset_replaced():
                 - post /resume
                 - {method: POST, path: /warm, body: {prompt: hi, n: 1}}
           b:
-            cmd: vllm serve --port ${PORT}
+            cmd: vllm serve --port ${PORT} --enable-sleep-mode
+            env: [VLLM_SERVER_DEV_MODE=1]
             sleep:
               engine: vllm
               wakeRequests: ["POST /wake_up", "POST /reset_prefix_cache"]
@@ -79,7 +90,7 @@ def test_http_calls_as_written_and_a_preset_replaced():
     assert a is not None and a.sleep_calls == (SleepCall("PUT", "/pause"),)
     assert a.wake_calls == (SleepCall("POST", "/resume"), SleepCall("POST", "/warm", {"prompt": "hi", "n": 1}))
     b = config.models["b"].sleep
-    assert b is not None and b.sleep_calls == (SleepCall("POST", "/sleep?level=1"),)
+    assert b is not None and b.sleep_calls == (SleepCall("POST", "/sleep?level=1&mode=wait"),)
     assert [str(call) for call in b.wake_calls] == ["POST /wake_up", "POST /reset_prefix_cache"]
 
 

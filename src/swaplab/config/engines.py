@@ -11,6 +11,7 @@ cannot (an alias that will be refused).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from swaplab.config.model import ModelConfig
@@ -103,7 +104,7 @@ def _sleep_flags(
         findings.fault(
             line,
             f"models.{model.id}.sleep: its cmd lacks {' '.join(missing)}: without it {facts.name} answers the sleep call "
-            f"and frees nothing ({sleep.requires.why or 'see docs/sleep.md'}), so the next model runs out of memory. "
+            f"and frees nothing ({_origin(sleep.requires.why)}), so the next model runs out of memory. "
             f"Add {' '.join(missing)} to its cmd",
         )
     env = {**environ, **command_env(model.cmd, model.env)}
@@ -112,7 +113,7 @@ def _sleep_flags(
         findings.fault(
             line,
             f"models.{model.id}.sleep: {facts.name} serves its sleep calls only with {' '.join(unset)} in its "
-            f"environment ({sleep.requires.why or 'see docs/sleep.md'}): add `env: [{', '.join(unset)}]` to the entry",
+            f"environment ({_origin(sleep.requires.why)}): add `env: [{', '.join(unset)}]` to the entry",
         )
     back = sleep.weights_back_requires
     if back is not None:
@@ -121,8 +122,14 @@ def _sleep_flags(
             findings.fault(
                 line,
                 f"models.{model.id}.sleep: its cmd lacks {' '.join(absent)}: {facts.name} would wake with its weights "
-                f"gone and still pass a readiness check ({back.why or 'see docs/sleep.md'}). Add {' '.join(absent)} to its cmd",
+                f"gone and still pass a readiness check ({_origin(back.why)}). Add {' '.join(absent)} to its cmd",
             )
+
+
+def _origin(why: str) -> str:
+    """The first `file:line` citation in a contract's prose, for a message; its whole text is in docs/."""
+    found = re.search(r"[\w./-]+\.(?:py|cpp|h):[\d-]+", why)
+    return found.group(0) if found else "see docs/sleep.md"
 
 
 def engine_key(model: ModelConfig) -> tuple[str, str]:

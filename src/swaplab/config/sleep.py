@@ -40,17 +40,32 @@ VLLM_WAKE_LEVEL_2 = (
     SleepCall("POST", "/wake_up?tags=kv_cache"),
     SleepCall("POST", "/reset_prefix_cache"),
 )
+# vLLM's default mode aborts what is running (vllm/v1/engine/core.py:2439-2443); `wait` lets it
+# finish first (core.py:1139). The router drains a model before it sleeps, but a request it did
+# not send (a client of the port itself) is not cut.
+VLLM_MODE = "wait"
+# SGLang asserts an idle scheduler on release and dies otherwise (weight_updater.py:339-341),
+# unless generation was paused with its requests aborted or retracted: pausing with `retract`
+# first makes a release it always survives; `continue_generation` after the resume.
+SGLANG_SLEEP = (
+    SleepCall("POST", "/pause_generation", {"mode": "retract"}),
+    SleepCall("POST", "/release_memory_occupation", {}),
+)
+SGLANG_WAKE = (
+    SleepCall("POST", "/resume_memory_occupation", {}),
+    SleepCall("POST", "/continue_generation", {}),
+)
 
 
 def preset(engine: str, level: int | None) -> tuple[tuple[SleepCall, ...], tuple[SleepCall, ...]]:
-    """The (sleep, wake) calls an engine documents; `http` has none."""
+    """The (sleep, wake) calls for an engine, as its release serves them; `http` has none."""
     if engine == "vllm":
         if level == 2:
-            return (SleepCall("POST", "/sleep?level=2"),), VLLM_WAKE_LEVEL_2
-        return (SleepCall("POST", "/sleep?level=1"),), (SleepCall("POST", "/wake_up"),)
+            return (SleepCall("POST", f"/sleep?level=2&mode={VLLM_MODE}"),), VLLM_WAKE_LEVEL_2
+        return (SleepCall("POST", f"/sleep?level=1&mode={VLLM_MODE}"),), (SleepCall("POST", "/wake_up"),)
     if engine == "sglang":
         # With --enable-memory-saver (and --enable-weights-cpu-backup, so the weights come back).
-        return (SleepCall("POST", "/release_memory_occupation", {}),), (SleepCall("POST", "/resume_memory_occupation", {}),)
+        return SGLANG_SLEEP, SGLANG_WAKE
     return (), ()
 
 

@@ -51,6 +51,8 @@ class Admin(_Facts):
     flags: tuple[str, ...] = ()
     routes: tuple[str, ...] = ()
     rule: str = ""
+    refused: Refusal | None = None
+    """The answer on an admin route without the admin key, where it differs from `auth.refused`."""
 
 
 class Auth(_Facts):

@@ -38,9 +38,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     # (it would load aiohttp for every `swaplab` command).
     sim.add_argument(
         "--engine", default="generic", metavar="ENGINE",
-        help="whose sleep API to serve: generic (none), vllm (/sleep, /wake_up) or sglang "
-        "(/release_memory_occupation, /resume_memory_occupation)",
+        help="which engine to be, as its release is (swaplab's engine contracts): generic (none), vllm, sglang, "
+        "llamacpp or tabby: its model names, keys, routes and sleep API",
     )
+    # The engines' own spellings of the flags that change their answers; each engine takes those it has.
+    sim.add_argument("--served-model-name", nargs="+", default=(), metavar="NAME",
+                     help="vLLM, SGLang: the names it answers to (default: --model)")
+    sim.add_argument("--api-key", help="vLLM, SGLang, llama.cpp: the key clients must send")
+    sim.add_argument("--admin-api-key", help="SGLang: the key its admin routes (release, resume) need")
+    for switch, engines in (("--enable-sleep-mode", "vLLM: sleeps free memory"),
+                            ("--enable-tokenizer-info-endpoint", "vLLM: serve /tokenizer_info"),
+                            ("--enable-memory-saver", "SGLang: releases free memory"),
+                            ("--enable-weights-cpu-backup", "SGLang: the weights come back on resume")):
+        sim.add_argument(switch, action="store_true", help=engines)
+    sim.add_argument("--disable-auth", choices=("true", "false"), default="false",
+                     help="TabbyAPI: no keys (else from api_tokens.yml in the working folder, written when missing)")
+    sim.add_argument("--memory-gib", type=float, default=1.0,
+                     help="GPU memory the model holds: what a sleep reports it freed (default 1)")
     sim.add_argument("--sleep-seconds", type=float, default=0.0, help="time a sleep call takes to answer")
     sim.add_argument(
         "--wake-seconds", type=float, default=0.0,
@@ -92,6 +106,19 @@ def main(args: argparse.Namespace) -> int:
             default_max_tokens=args.default_max_tokens,
             script=load_script(args.script) if args.script else None,
             engine=args.engine,
+            served_model_names=tuple(args.served_model_name),
+            api_key=args.api_key,
+            admin_api_key=args.admin_api_key,
+            switches=frozenset(
+                flag for flag, on in (
+                    ("--enable-sleep-mode", args.enable_sleep_mode),
+                    ("--enable-tokenizer-info-endpoint", args.enable_tokenizer_info_endpoint),
+                    ("--enable-memory-saver", args.enable_memory_saver),
+                    ("--enable-weights-cpu-backup", args.enable_weights_cpu_backup),
+                    ("--disable-auth", args.disable_auth == "true"),
+                ) if on
+            ),
+            memory_gib=args.memory_gib,
             sleep_seconds=args.sleep_seconds,
             wake_seconds=args.wake_seconds,
             sleep_fault=args.sleep_fault,

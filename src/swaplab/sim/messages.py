@@ -13,7 +13,7 @@ from swaplab.sim.request import Plan
 from swaplab.sim.tokens import TOKEN_PREFIX, answer_text
 
 # The plan speaks OpenAI's finish reasons; Anthropic calls them stop reasons.
-STOP_REASONS = {"length": "max_tokens", "stop": "end_turn"}
+STOP_REASONS = {"length": "max_tokens", "stop": "end_turn", "abort": "end_turn"}
 # The error types Anthropic documents for the statuses the sim answers with.
 ERROR_TYPES = {400: "invalid_request_error", 503: "overloaded_error"}
 

@@ -129,14 +129,17 @@ class Personality:
 
     def has_route(self, method: str, path: str) -> bool:
         """Whether the engine serves `method path` as started: not absent from its release, and its
-        route's required flags and environment present."""
+        route's required switches and environment present. A sleep route's flags say whether it frees
+        memory, not whether it answers: only its environment counts."""
         if path in self.facts.absent:
             return False
-        route = self.facts.route(method, path)
+        route = self.facts.route(method, path) or (self.facts.route("POST", path) if method == "*" else None)
         if route is None or route.requires is None:
             return True
-        if any(flag not in self.settings.switches for flag in route.requires.flags if flag.startswith("--enable")):
-            return False
+        sleep_flags = set(self.facts.sleep.requires.flags) if self.facts.sleep is not None else set()
+        for flag in route.requires.flags:
+            if flag in ENGINE_SWITCHES and flag not in sleep_flags and flag not in self.settings.switches:
+                return False
         return all(self.environ.get(name) == value for name, value in route.requires.env.items())
 
     # -- names -------------------------------------------------------------
@@ -148,7 +151,7 @@ class Personality:
             return None
         if model in self.served:
             return None
-        body = _fill(refused.body, model=model, served_names=str(list(self.served)))
+        body = _fill(refused.body, model=model, served_names=", ".join(self.served))
         return web.json_response(body, status=refused.status)
 
     # -- keys --------------------------------------------------------------
@@ -160,7 +163,10 @@ class Personality:
             return await handler(request)
         if self._allowed(request):
             return await handler(request)
+        admin = self.facts.auth.admin
         refused = self.facts.auth.refused
+        if admin is not None and admin.refused is not None and request.path in admin.routes:
+            refused = admin.refused
         status = refused.status if refused is not None else 401
         return web.json_response(refused.body if refused is not None else {"error": "Unauthorized"}, status=status)
 

@@ -25,8 +25,10 @@ from swaplab.sim import chunks, messages
 from swaplab.sim.chunks import StreamEncoder, whole_answer
 from swaplab.sim.messages import MessagesStreamEncoder, whole_message
 from swaplab.sim.request import BadRequest, Kind, Plan, json_body, messages_prompt_tokens, plan_request
-from swaplab.sim.script import Script
-from swaplab.sim.sleep import Engine, Fault, Sleeper, check_settings
+from swaplab.sim.personality import Personality
+from swaplab.sim.personality import check_settings as check_engine_settings
+from swaplab.sim.script import Script, ScriptedReply
+from swaplab.sim.sleep import GARBAGE, SLEEPING_ENGINES, Engine, Fault, Sleeper, check_settings
 from swaplab.sim.slots import SlotFault, Slots
 from swaplab.sim.slots import check_settings as check_slot_settings
 from swaplab.sim.tokens import answer_text, prompt_words
@@ -60,7 +62,12 @@ class SimSettings:
     crash_after_tokens: int = 0  # 0: never
     default_max_tokens: int = 16
     script: Script | None = None  # scripted chat answers (`--script FILE`, loaded by swaplab.sim.script)
-    engine: Engine = "generic"  # whose sleep API it serves (swaplab.sim.sleep); generic: none
+    engine: Engine = "generic"  # which engine it is (swaplab.sim.personality, swaplab.sim.sleep); generic: none
+    served_model_names: tuple[str, ...] = ()  # the engine's --served-model-name; none: `model`
+    api_key: str | None = None  # the engine's --api-key
+    admin_api_key: str | None = None  # SGLang's --admin-api-key
+    switches: frozenset[str] = frozenset()  # the engine's on/off flags given (--enable-sleep-mode, ...)
+    memory_gib: float = 1.0  # GPU memory the model holds: what a sleep reports it freed
     sleep_seconds: float = 0.0
     wake_seconds: float = 0.0
     sleep_fault: Fault = "none"
@@ -79,6 +86,7 @@ class SimSettings:
             if getattr(self, name) < 0:
                 raise SwaplabError(f"sim: --{name.replace('_', '-')} must not be negative")
         check_settings(self)
+        check_engine_settings(self)
         check_slot_settings(self.parallel, self.slot_save_path, self.slot_fault)
 
 
@@ -110,7 +118,13 @@ class Sim:
         # Set while no generation is in flight: what a sleep waits for.
         self._idle = asyncio.Event()
         self._idle.set()
-        self._sleeper = Sleeper(settings, workload=self) if settings.engine != "generic" else None
+        facts = check_engine_settings(settings)
+        self._personality = Personality(settings, facts) if facts is not None else None
+        self._sleeper = (
+            Sleeper(settings, workload=self, facts=facts)
+            if facts is not None and settings.engine in SLEEPING_ENGINES and self._serves_sleep(facts) else None
+        )
+        self._abort_epoch = 0  # abort_all() moves it on: a generation begun in an older one ends
         self._slots = Slots(
             parallel=settings.parallel,
             save_path=Path(settings.slot_save_path) if settings.slot_save_path is not None else None,
@@ -124,27 +138,45 @@ class Sim:
             or settings.prefill_tokens_per_second > 0
         )
 
+    def _serves_sleep(self, facts: Any) -> bool:
+        """Whether the engine, as started, serves its sleep calls at all (vLLM: only in dev mode)."""
+        assert self._personality is not None
+        calls = facts.sleep.calls if facts.sleep is not None else {}
+        return all(self._personality.has_route(call.method, call.path) for call in calls.values())
+
     def app(self) -> web.Application:
-        """The aiohttp application; serve it with handler_cancellation=True."""
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/completions", self._completions)
-        app.router.add_post("/v1/messages", self._messages)
-        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/tokenize", self._tokenize)
-        app.router.add_post("/v1/embeddings", self._embeddings)
-        app.router.add_get("/tokenizer_info", self._tokenizer_info)
-        app.router.add_post("/detokenize", self._detokenize)
+        """The aiohttp application; serve it with handler_cancellation=True. In an engine's personality,
+        only the routes that engine serves, behind its key."""
+        personality = self._personality
+        app = web.Application(
+            client_max_size=MAX_BODY_BYTES, middlewares=[personality.auth_middleware] if personality else [])
+        routes = [
+            web.post("/v1/chat/completions", self._chat),
+            web.post("/v1/completions", self._completions),
+            web.post("/v1/messages", self._messages),
+            web.post("/v1/messages/count_tokens", self._count_tokens),
+            web.get("/health", self._health),
+            web.get("/v1/models", self._models),
+            web.post("/tokenize", self._tokenize),
+            web.post("/v1/embeddings", self._embeddings),
+            web.get("/tokenizer_info", self._tokenizer_info),
+            web.post("/detokenize", self._detokenize),
+            web.get("/props", self._props),
+            *self._slots.routes(),
+            *(self._sleeper.routes() if self._sleeper is not None else ()),
+        ]
+        app.router.add_routes([
+            route for route in routes
+            if personality is None or route.path.startswith("/sim/") or personality.has_route(route.method, route.path)
+        ])
         app.router.add_get("/sim/stats", self._stats)
         app.router.add_get("/sim/last-request", self._last)
         app.router.add_get("/sim/ws", self._websocket)
-        app.router.add_get("/props", self._props)
-        app.router.add_routes(self._slots.routes())
-        if self._sleeper is not None:
-            app.router.add_routes(self._sleeper.routes())
         return app
+
+    def abort_all(self) -> None:
+        """End every generation in flight at its next token, as an engine's abort does."""
+        self._abort_epoch += 1
 
     def is_ready(self) -> bool:
         """Whether the simulated model has finished loading."""
@@ -256,11 +288,17 @@ class Sim:
             )
         except BadRequest as bad:
             return error(400, str(bad))
-        # Decided here, with no await before the request counts as active, so a sleep that
-        # found the sim idle never has a request start under it.
-        refusal = self._sleeper.refusal() if self._sleeper is not None else None
-        if refusal is not None:
-            return error(503, refusal)
+        refused = self._personality.unknown_model(body.get("model")) if self._personality is not None else None
+        if refused is not None:
+            return refused
+        if self._sleeper is not None:
+            # vLLM asleep or SGLang paused: the request waits for the scheduler; TabbyAPI unloaded: refused.
+            refused = await self._sleeper.admit(body)
+            if refused is not None:
+                return refused
+            if self._sleeper.garbage() and plan.kind == "chat":
+                words = " ".join([GARBAGE] * max(1, plan.completion_tokens))
+                plan = replace(plan, reply=ScriptedReply(content=words, finish_reason=plan.finish_reason))
         try:
             slot, cached = self._slots.begin(plan.prompt, plan.id_slot)
         except BadRequest as bad:
@@ -283,13 +321,16 @@ class Sim:
                 response = web.StreamResponse(headers=SSE_HEADERS)
                 try:
                     await response.prepare(request)
-                    await self._stream(response, plan, request_id, created, started)
+                    await self._stream(response, plan, request_id, created, started, self._abort_epoch)
                     finished = True
                 except ConnectionResetError:
                     pass  # aiohttp finishes a response whose client left quietly
                 return response
+            epoch = self._abort_epoch
             for index in range(plan.completion_tokens):
-                await self._pace(started, index)
+                if not await self._next_token(started, index, epoch):
+                    plan = replace(plan, finish_reason="abort", completion_tokens=index)
+                    break
                 self._count_token()
             finished = True
             if kind == "messages":
@@ -307,12 +348,14 @@ class Sim:
                 stats.cancelled += 1
 
     async def _stream(
-        self, response: web.StreamResponse, plan: Plan, request_id: str, created: int, started: float
+        self, response: web.StreamResponse, plan: Plan, request_id: str, created: int, started: float, epoch: int
     ) -> None:
-        if plan.kind == "messages":
-            encoder: StreamEncoder | MessagesStreamEncoder = MessagesStreamEncoder(plan, request_id)
-        else:
-            encoder = StreamEncoder(plan, request_id, created)
+        def encoder_of(plan: Plan) -> StreamEncoder | MessagesStreamEncoder:
+            if plan.kind == "messages":
+                return MessagesStreamEncoder(plan, request_id)
+            return StreamEncoder(plan, request_id, created)
+
+        encoder = encoder_of(plan)
         opening = encoder.opening()  # goes out with the first token: it is part of TTFT
         # A scripted reply (chat only) has its events built up front, one per word; the usual answer's go on the fly.
         scripted = (
@@ -322,7 +365,11 @@ class Sim:
         )
         count = len(scripted) if scripted is not None else plan.completion_tokens
         for index in range(count):
-            await self._pace(started, index)
+            if not await self._next_token(started, index, epoch):
+                # Aborted by the engine (a vLLM sleep, a TabbyAPI unload): it ends here, saying so.
+                encoder = encoder_of(replace(plan, finish_reason="abort", completion_tokens=index))
+                count = index
+                break
             event = scripted[index] if scripted is not None else encoder.token(index)
             await response.write(event if index else opening + event)
             self._count_token()
@@ -332,6 +379,15 @@ class Sim:
             closing = opening + closing
         await response.write(closing)
         await response.write_eof()
+
+    async def _next_token(self, started: float, index: int, epoch: int) -> bool:
+        """Wait for output token `index`: its pace, and an engine that froze its requests (vLLM's
+        `mode=keep`, SGLang's pause); False when the engine aborted the request meanwhile."""
+        await self._pace(started, index)
+        if self._sleeper is not None:
+            while not self._sleeper.flowing.is_set() and self._abort_epoch == epoch:
+                await self._sleeper.flowing.wait()
+        return self._abort_epoch == epoch
 
     async def _pace(self, started: float, index: int) -> None:
         # Against a deadline, not by cumulative sleeps, so a stream never drifts.
