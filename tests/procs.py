@@ -143,7 +143,8 @@ class Router(SwaplabProcess):
     """`swaplab serve` on a free port with its own state directory."""
 
     def __init__(
-        self, config: Path | None, workdir: Path, *extra: str, port: int | None = None, env: dict[str, str] | None = None
+        self, config: Path | None, workdir: Path, *extra: str, port: int | None = None, env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ):
         # The built-in default gives its backends this port + 1 and + 2: keep all three free.
         self.port = port or (free_port_block(3) if config is None else free_port())
@@ -159,7 +160,7 @@ class Router(SwaplabProcess):
         ]
         if config is not None:
             args += ["--config", str(config)]
-        super().__init__(args, workdir / f"router-{self.port}.log", env)
+        super().__init__(args, workdir / f"router-{self.port}.log", env, cwd=cwd)
         self.wait_http(f"{self.url}/health")
 
 

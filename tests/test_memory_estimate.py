@@ -6,6 +6,7 @@ llama-server command line, llama.cpp's load log, `fit`, and `swaplab fit` itself
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from procs import run_swaplab
@@ -205,11 +206,12 @@ def hf_model(folder, config=QWEN3_8B, total_size=16381470720):
 
 @pytest.mark.parametrize(("argv", "expected"), [
     ("vllm serve Qwen/Qwen3-8B -tp 2 --max-model-len 32768 --kv-cache-dtype fp8 --gpu-memory-utilization 0.5",
-     EngineLoad("vllm", "Qwen/Qwen3-8B", 2, 32768, 1.0, 0.5)),
-    ("python -m vllm.entrypoints.openai.api_server --model=/m --tensor-parallel-size=4", EngineLoad("vllm", "/m", 4, 0, 2.0, 0.9)),
+     EngineLoad("vllm", "Qwen/Qwen3-8B", tensor_parallel=2, ctx=32768, kv_cache_dtype="fp8", kv_bytes=1.0, fraction=0.5)),
+    ("python -m vllm.entrypoints.openai.api_server --model=/m --tensor-parallel-size=4",
+     EngineLoad("vllm", "/m", tensor_parallel=4)),
     ("python -m sglang.launch_server --model-path /m --tp 4 --context-length 131072 --mem-fraction-static 0.8",
-     EngineLoad("sglang", "/m", 4, 131072, 2.0, 0.8)),
-    ("docker run --gpus all vllm/vllm-openai --model org/m", EngineLoad("vllm", "org/m", 1, 0, 2.0, 0.9)),
+     EngineLoad("sglang", "/m", tensor_parallel=4, ctx=131072, fraction=0.8)),
+    ("docker run --gpus all vllm/vllm-openai --model org/m", EngineLoad("vllm", "org/m")),
 ])
 def test_vllm_and_sglang_flags(argv, expected):
     assert engine_load(argv.split()) == expected
@@ -246,11 +248,12 @@ def test_a_hugging_face_folder_and_the_local_cache(tmp_path, monkeypatch):
 def test_swaplab_fit_on_a_vllm_entry(tmp_path):
     folder = hf_model(tmp_path / "qwen3")
     config = tmp_path / "config.yaml"
-    config.write_text(f"models:\n  q:\n    cmd: vllm serve {folder} --max-model-len 40960 --gpu-memory-utilization 0.6 --port ${{PORT}}\n")
+    config.write_text(f"models:\n  q:\n    cmd: vllm serve {folder} --served-model-name q --max-model-len 40960 "
+                      "--gpu-memory-utilization 0.6 --port ${PORT}\n")
     shown = run_swaplab("fit", "q", "--config", str(config), "--devices", "24GiB", "--json")
     document = json.loads(shown.stdout)
-    assert shown.returncode == 1 and not document["fits"]  # 0.6 x 24 GiB is short of 15.26 + 5.62 GiB
-    assert document["per_rank"]["kv"] == 147456 * 40960 and document["shares"] == [int(24 * GIB * 0.6)]
+    assert shown.returncode == 1 and not document["fits"]  # 0.6 x 24 GiB is short of 15.26 + 5.62 + 2 GiB
+    assert document["per_rank"]["kv"] == 147456 * 40960 and document["takes"] == [math.ceil(24 * GIB * 0.6)]
     assert run_swaplab("fit", "q", "--config", str(config), "--devices", "48GiB").returncode == 0
     folder_view = run_swaplab("fit", str(folder), "--tensor-parallel", "2", "--ctx", "32768")
     assert folder_view.returncode == 0 and "per rank of 2: weights 7.63 GiB, KV at 32768 tokens 2.25 GiB" in folder_view.stdout

@@ -165,12 +165,15 @@ devices:
   0: {{vramGiB: 24}}
   1: {{vramGiB: 24}}
 models:
-  tp2: {{cmd: "vllm serve {folder} -tp 2 --max-model-len 32768 --gpu-memory-utilization 0.5 --port ${{PORT}}"}}
-  short: {{cmd: "vllm serve {folder} --max-model-len 40960 --gpu-memory-utilization 0.6 --port ${{PORT}}", devices: [1]}}
+  tp2: {{cmd: "vllm serve {folder} -tp 2 --max-model-len 32768 --gpu-memory-utilization 0.5 --port ${{PORT}}",
+         useModelName: "{folder}"}}
+  short: {{cmd: "vllm serve {folder} --max-model-len 40960 --gpu-memory-utilization 0.6 --port ${{PORT}}", devices: [1],
+          useModelName: "{folder}"}}
   sglang: {{cmd: "python -m sglang.launch_server --model-path {folder} --tp 2 --port ${{PORT}}"}}
 """)
     assert claims(config, "tp2") == {0: 12.0, 1: 12.0}  # half of each GPU, on its two ranks
-    assert "its floor: weights 7.63 + KV at 32768 tokens 2.25 = 9.88 GiB per rank" in config.estimates["tp2"].detail
+    assert ("its floor: weights 7.63 + KV at 32768 tokens 2.25 + reserved 2.00 = 11.88 GiB per rank"
+            in config.estimates["tp2"].detail)
     assert claims(config, "short") == {1: pytest.approx(14.4)}
     assert "short of its floor" in config.estimates["short"].detail and "will not start" in config.estimates["short"].detail
     assert claims(config, "sglang") == {0: 24.0, 1: 24.0}  # its default share depends on the GPU: whole devices

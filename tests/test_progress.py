@@ -1,6 +1,7 @@
 """Reading a starting server's stage from its output: each engine's rules against real startup
-logs (tests/fixtures/startup/, their origins in each file) and single real lines, prefixed,
-coloured and redrawn as they come through a pipe."""
+logs (tests/fixtures/startup/, their origins in each file), against every startup line of each
+engine's contract (read from its release), and single real lines, prefixed, coloured and redrawn
+as they come through a pipe."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from swaplab.engines import ENGINES, contract
 from swaplab.fleet.progress import READY, StartupReader, clean, match
 
 FIXTURES = Path(__file__).parent / "fixtures" / "startup"
@@ -37,16 +39,26 @@ def fractions(moves, stage: str) -> list[float]:
 
 
 LOGS = {
-    "vllm.log": ("vLLM", ["loading weights", "compiling", "profiling memory", "allocating KV cache",
-                          "capturing CUDA graphs", "starting server", READY]),
+    # "Available KV cache memory" is the memory profile's result, not an allocation (vllm.yaml):
+    # this excerpt has no line of the allocation itself.
+    "vllm.log": ("vLLM", ["loading weights", "compiling", "profiling memory", "capturing CUDA graphs",
+                          "starting server", READY]),
     "vllm-old.log": ("vLLM", ["loading weights", "profiling memory", "allocating KV cache",
                               "capturing CUDA graphs", "starting server", READY]),
     "sglang.log": ("SGLang", ["loading weights", "allocating KV cache", "capturing CUDA graphs",
                               "starting server", "warming up", READY]),
-    "llamacpp.log": ("llama.cpp", ["reading metadata", "loading weights", "creating context", "allocating KV cache",
+    # The server says "loading model" before libllama reads the metadata: that is within the load.
+    "llamacpp.log": ("llama.cpp", ["loading weights", "creating context", "allocating KV cache",
                                    "reserving compute buffers", "warming up", "starting server", READY]),
     "llamacpp-2024.log": ("llama.cpp", ["starting server", "reading metadata", "loading weights", "creating context",
                                         "allocating KV cache", READY]),
+    # The same start at the default verbosity: libllama's lines are not printed, the server's are.
+    "llamacpp-default.log": ("llama.cpp", ["loading weights", "warming up", "starting server", READY]),
+    # The current releases' lines, one each, as their contracts have them.
+    "vllm-0.34.log": ("vLLM", ["reading metadata", "loading weights", "compiling", "profiling memory", "warming up",
+                               "capturing CUDA graphs", "allocating KV cache", "starting server", READY]),
+    "sglang-0.5.23.log": ("SGLang", ["profiling memory", "loading weights", "allocating KV cache",
+                                     "capturing CUDA graphs", "starting server", "warming up", READY]),
 }
 
 
@@ -63,6 +75,50 @@ def test_each_engines_startup_log_moves_through_its_stages_in_order_to_ready(log
         seen = fractions(moves, stage)
         # Each move within a stage is forward: strictly rising, never past 1.
         assert seen == sorted(set(seen)) and all(0 <= f <= 1 for f in seen), (stage, seen)
+
+
+def contract_lines() -> list:
+    """(engine, stage, line) for every startup line of every engine's contract, named by its origin, with
+    the lines derived for another build (llama-server's `example_llama_server`, its note cut off)."""
+    rows = []
+    for engine in ENGINES:
+        for line in contract(engine).startup.lines:
+            rows.append(pytest.param(engine, line.stage, line.example, id=f"{engine}:{line.origin}"))
+            derived = (line.model_extra or {}).get("example_llama_server")
+            if derived:
+                rows.append(pytest.param(engine, line.stage, derived.split(" (derived")[0],
+                                         id=f"{engine}:{line.origin} (llama-server)"))
+    return rows
+
+
+@pytest.mark.parametrize(("engine", "stage", "line"), contract_lines())
+def test_every_startup_line_of_every_contract_reads_as_its_stage_and_engine(engine, stage, line):
+    # Alone, with no engine recognised before it: the line's own words (and prefix) say both.
+    found = match(line)
+    assert found is not None, line
+    assert (found.name, found.engine) == (stage, contract(engine).name), line
+
+
+@pytest.mark.parametrize(("log", "engine"), [("vllm-0.34.log", "vllm"), ("sglang-0.5.23.log", "sglang")])
+def test_the_release_logs_are_their_contracts_examples_in_order(log, engine):
+    lines = [line for line in (FIXTURES / log).read_text(encoding="utf-8").splitlines() if not line.startswith("#")]
+    assert lines == [line.example for line in contract(engine).startup.lines]
+
+
+def test_a_tabbyapi_start_is_ready_only_once_uvicorn_runs():
+    # TabbyAPI's uvicorn says its app is up before it binds the port (tabby.yaml, the ready line's note):
+    # those lines, in TabbyAPI's prefix, are its server starting, not vLLM's ready.
+    lines = [line.example for line in contract("tabby").startup.lines]
+    prefix = lines[-1][: lines[-1].index("Uvicorn")]
+    uvicorn = [f"{prefix}Started server process [4242]", f"{prefix}Waiting for application startup.",
+               f"{prefix}Application startup complete."]
+    reader = StartupReader()
+    moves = [stage for line in [*lines[:-1], *uvicorn, lines[-1]] if (stage := reader.feed(line)) is not None]
+    assert order([(s.name, s.fraction, s.engine) for s in moves]) == [
+        "reading metadata", "loading weights", "starting server", READY]
+    assert {s.engine for s in moves} == {"TabbyAPI"}
+    assert [s.fraction for s in moves if s.name == "loading weights"] == [None, 1.0]  # the modules' bar: 66/66
+    assert (match(uvicorn[-1]).name, match(uvicorn[-1]).engine) == ("starting server", "TabbyAPI")
 
 
 def test_the_fractions_are_the_engines_own_counts():
@@ -216,6 +272,13 @@ def test_the_engine_already_seen_claims_the_words_engines_share():
     vllm.feed("Loading safetensors checkpoint shards:   7% Completed | 1/14 [00:00<00:04,  2.93it/s]")
     up = vllm.feed("INFO:     Application startup complete.")
     assert up is not None and (up.name, up.engine) == (READY, "vLLM")
+    # SGLang's default shard bar is vLLM's too (with its multi-thread loader): vLLM's once vLLM spoke.
+    threaded = "Multi-thread loading shards:  50% Completed | 2/4 [00:02<00:02,  1.30s/it]"
+    assert match(threaded).engine == "SGLang"
+    vllm = StartupReader()
+    vllm.feed("(EngineCore pid=1100) INFO 12-07 10:00:10 [model_runner.py:412] Loading model from scratch...")
+    shard = vllm.feed(threaded)
+    assert shard is not None and (shard.name, shard.fraction, shard.engine) == ("loading weights", 0.5, "vLLM")
 
 
 def test_ready_is_the_end():

@@ -20,12 +20,17 @@ from procs import SIM, alive, eventually, wait_until
 from routerclient import chat, running, sim_stats, wait_for_state
 
 
+# What each engine needs to free its memory on a sleep and get it back (the contracts' `sleep.requires`).
+SLEEP_FLAGS = {"vllm": ("--enable-sleep-mode",), "sglang": ("--enable-memory-saver", "--enable-weights-cpu-backup")}
+SLEEP_ENV = {"vllm": "\n    env: [VLLM_SERVER_DEV_MODE=1]"}
+
+
 def sleepy(model: str, engine: str, *flags: str, host_gib: float = 1, timeout: float = 10, extra: str = "") -> str:
-    """A model entry whose sim imitates `engine`'s sleep API."""
-    sim_flags = " ".join(("--engine", engine, *flags))
+    """A model entry whose sim is `engine`, started as that engine must be to sleep."""
+    sim_flags = " ".join(("--engine", engine, *SLEEP_FLAGS.get(engine, ()), *flags))
     return f"""
   {model}:
-    cmd: {SIM} --port ${{PORT}} --model {model} {sim_flags}
+    cmd: {SIM} --port ${{PORT}} --model {model} {sim_flags}{SLEEP_ENV.get(engine, "")}
     sleep:
       engine: {engine}
       hostMemoryGiB: {host_gib}

@@ -39,6 +39,11 @@ def check_engines(
         if model.sleep is not None and model.sleep.engine in ("vllm", "sglang") and engine not in (None, model.sleep.engine):
             findings.fault(lines.get("sleep", model.line),
                            f"models.{model.id}.sleep: engine {model.sleep.engine} but its cmd runs {contract(engine).name}")
+        elif model.sleep is not None and model.sleep.engine in ("vllm", "sglang") and engine is None and model.cmd:
+            name = contract(model.sleep.engine).name
+            findings.warn(lines.get("sleep", model.line),
+                          f"models.{model.id}.sleep: its cmd does not show {name} (a wrapper script?), so its sleep "
+                          f"flags cannot be checked here: each sleep is believed only once {name} says it freed memory")
         if model.sleep is not None and engine == "tabby" and not engine_key(model)[0]:
             tabby = contract("tabby")
             findings.fault(
@@ -104,7 +109,7 @@ def _sleep_flags(
         findings.fault(
             line,
             f"models.{model.id}.sleep: its cmd lacks {' '.join(missing)}: without it {facts.name} answers the sleep call "
-            f"and frees nothing ({_origin(sleep.requires.why)}), so the next model runs out of memory. "
+            f"and frees nothing ({_origin(sleep.requires.why, missing[0])}), so the next model runs out of memory. "
             f"Add {' '.join(missing)} to its cmd",
         )
     env = {**environ, **command_env(model.cmd, model.env)}
@@ -113,7 +118,7 @@ def _sleep_flags(
         findings.fault(
             line,
             f"models.{model.id}.sleep: {facts.name} serves its sleep calls only with {' '.join(unset)} in its "
-            f"environment ({_origin(sleep.requires.why)}): add `env: [{', '.join(unset)}]` to the entry",
+            f"environment ({_origin(sleep.requires.why, unset[0].split('=')[0])}): add `env: [{', '.join(unset)}]` to the entry",
         )
     back = sleep.weights_back_requires
     if back is not None:
@@ -122,13 +127,15 @@ def _sleep_flags(
             findings.fault(
                 line,
                 f"models.{model.id}.sleep: its cmd lacks {' '.join(absent)}: {facts.name} would wake with its weights "
-                f"gone and still pass a readiness check ({_origin(back.why)}). Add {' '.join(absent)} to its cmd",
+                f"gone and still pass a readiness check ({_origin(back.why, absent[0])}). Add {' '.join(absent)} to its cmd",
             )
 
 
-def _origin(why: str) -> str:
-    """The first `file:line` citation in a contract's prose, for a message; its whole text is in docs/."""
-    found = re.search(r"[\w./-]+\.(?:py|cpp|h):[\d-]+", why)
+def _origin(why: str, near: str = "") -> str:
+    """The `file:line` a contract's prose cites first after it names `near` (else its first), for a
+    message; the whole text is in the fixture and docs/."""
+    citation = r"[\w./-]+\.(?:py|cpp|h):[\d-]+"
+    found = re.search(citation, why[max(0, why.find(near)):] if near else why) or re.search(citation, why)
     return found.group(0) if found else "see docs/sleep.md"
 
 

@@ -7,10 +7,12 @@ on each device: that becomes its claim, so two models whose estimates fit share 
 Declared claims always win. A model whose estimate cannot be made (no -m file yet, a
 device of unknown size) keeps the whole-device claim, and `detail` says why.
 
-vLLM and SGLang entries claim the share of each GPU they are told to take
-(`--gpu-memory-utilization`, 0.9 by default; `--mem-fraction-static`), on as many devices as
-their tensor parallelism; their model's `config.json` (a folder, or the local Hugging Face
-cache) says whether that share holds the weights and the KV cache for their context.
+vLLM and SGLang entries claim what the engine takes of each of its GPUs as it sizes itself
+today (`memory.fit.engine_claim`: vLLM without `--gpu-memory-utilization` the whole device, a
+share of the total with it, weights + `--kv-cache-memory-bytes` + its reserve with that; SGLang
+its static share plus the reserve it needs beside it), on tensor x data x pipeline parallel
+devices; their model's `config.json` (a folder, or the local Hugging Face cache) says whether
+that holds the weights and the KV cache for their context.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from swaplab.config.model import ClaimEstimate, DeviceConfig, ModelConfig
 from swaplab.errors import SwaplabError
 from swaplab.memory.estimate import GIB, estimate
 from swaplab.memory.facts import hf_folder, read_gguf, read_hf
-from swaplab.memory.fit import Shortfall, advice, hf_rank_need
+from swaplab.memory.fit import Shortfall, advice, engine_claim
 from swaplab.memory.flags import engine_load, engine_of, llama_load, runs_llama_server
 
 
@@ -70,30 +72,17 @@ def claim_estimate(model: ModelConfig, devices: Mapping[int, DeviceConfig]) -> C
 
 
 def _engine_estimate(model: ModelConfig, devices: Mapping[int, DeviceConfig], targets: list[int]) -> ClaimEstimate:
-    """vLLM and SGLang take a fixed share of each of their GPUs, whatever the model needs:
-    that share is the claim; the model's floor (weights and KV for its context, per rank)
-    says whether the share can hold it."""
+    """vLLM and SGLang take what their flags and the GPU's size say, whatever the model needs:
+    that is the claim; the model's floor (weights and KV for its context, per rank) says
+    whether it can start in it."""
     try:
         load = engine_load(model.cmd)
     except SwaplabError as error:
         return ClaimEstimate(None, f"no estimate: {error}")
-    name = "vLLM" if load.engine == "vllm" else "SGLang"
-    if load.fraction is None:
-        return ClaimEstimate(None, f"{name} without --mem-fraction-static takes a share that depends on the GPU: "
-                                   "declare vramGiB")
-    ranks = targets[: max(1, load.tensor_parallel)]
-    claim = {device: devices[device].vram_gib * load.fraction for device in ranks}
-    share = min(claim.values())
-    detail = f"{name} takes {load.fraction:g} of each of its {len(ranks)} device(s): {share:.2f} GiB"
     try:
-        facts = read_hf(hf_folder(load.model))
+        facts, unknown = read_hf(hf_folder(load.model)), ""
     except SwaplabError as error:
-        return ClaimEstimate(claim, f"{detail}; its floor is unknown ({error})")
-    ctx = load.ctx or facts.n_ctx_train
-    need = hf_rank_need(facts, ctx, load.kv_bytes, load.tensor_parallel)
-    floor = (f"weights {need.weights / GIB:.2f} + KV at {ctx} tokens {need.kv / GIB:.2f} = "
-             f"{need.total / GIB:.2f} GiB per rank")
-    if need.total / GIB > share:
-        return ClaimEstimate(claim, f"{detail}, short of its floor ({floor}): it will not start; raise the share, "
-                                    "lower the context or add ranks")
-    return ClaimEstimate(claim, f"{detail}; its floor: {floor}")
+        facts, unknown = None, str(error)
+    ranks = targets[: load.devices]
+    result = engine_claim(load, facts, [int(devices[device].vram_gib * GIB) for device in ranks], unknown)
+    return ClaimEstimate({device: taken / GIB for device, taken in zip(ranks, result.takes)}, result.detail)

@@ -22,12 +22,12 @@ from swaplab.memory.estimate import (
     estimate,
 )
 from swaplab.memory.facts import ModelFacts, hf_folder, read_gguf, read_hf
-from swaplab.memory.fit import advice, hf_rank_need, largest_context, shortfalls
+from swaplab.memory.fit import advice, engine_claim, largest_context, shortfalls
 from swaplab.memory.flags import (
-    KV_DTYPE_BYTES,
     EngineLoad,
     engine_load,
     engine_of,
+    kv_dtype_bytes,
     llama_load,
     runs_llama_server,
 )
@@ -190,41 +190,41 @@ def _document(result: Estimate, gpus: list[int], host: int | None, largest: int,
 
 
 def _hf(args: argparse.Namespace, facts: ModelFacts, load: EngineLoad) -> int:
-    ctx = args.ctx or load.ctx or facts.n_ctx_train
-    cache_bytes = load.kv_bytes
+    changes: dict[str, Any] = {}
+    if args.ctx is not None:
+        changes.update(ctx=args.ctx, ctx_auto=False)
+    if args.tensor_parallel:
+        changes["tensor_parallel"] = args.tensor_parallel
     if args.cache_type is not None:
-        cache = args.cache_type.split(",")[0].lower()
-        cache_bytes = {"f16": 2.0, "f32": 4.0, **KV_DTYPE_BYTES}.get(cache)  # type: ignore[assignment]
-        if cache_bytes is None:
-            raise SwaplabError(f"fit: --cache-type {cache!r} for a vLLM/SGLang model: give {', '.join(KV_DTYPE_BYTES)}")
-    need = hf_rank_need(facts, ctx, cache_bytes, args.tensor_parallel or load.tensor_parallel)
-    # With --devices and the engine's share of each GPU: does the share hold the floor?
-    shares = [int(size * load.fraction) for size in (args.devices or [])[: need.ranks]] if load.fraction else []
-    short = [share for share in shares if share < need.total]
+        dtype = args.cache_type.split(",")[0]
+        changes.update(kv_cache_dtype=dtype, kv_bytes=kv_dtype_bytes(load.engine, dtype))
+    load = replace(load, **changes)
+    claim = engine_claim(load, facts, args.devices or [])
+    need = claim.need
+    assert need is not None  # the facts are given
+    ctx = claim.ctx
     document = {
-        "model": facts.source, "architecture": facts.architecture, "ctx": ctx, "tensor_parallel": need.ranks,
+        "model": facts.source, "architecture": facts.architecture, "engine": load.engine, "ctx": ctx,
+        "tensor_parallel": load.tensor_parallel, "devices": load.devices,
         "per_rank": {"weights": need.weights, "kv": need.kv, "total": need.total},
         "kv_bytes_per_token_per_rank": need.kv_bytes_per_token,
-        "fraction": load.fraction, "shares": shares, "fits": not short,
+        "fraction": claim.fraction, "takes": list(claim.takes), "fits": not claim.short, "detail": claim.detail,
         "notes": [HF_NOTE],
     }
     if args.json:
         print(json.dumps(document, indent=2))
-        return 1 if short else 0
+        return 1 if claim.short else 0
     print(f"{facts.source}: {facts.architecture}, {facts.n_layer} layers, weights {_mib(facts.weights_bytes)}"
           + (f" ({facts.weights_dtype})" if facts.weights_dtype else ""))
     print(f"per rank of {need.ranks}: weights {_mib(need.weights)}, KV at {ctx} tokens {_mib(need.kv)} "
           f"({need.kv_bytes_per_token:,.0f} bytes per token), together {_mib(need.total)}")
-    if shares:
-        verdict = "short of" if short else "holds"
-        print(f"{load.fraction:g} of {', '.join(_mib(size) for size in args.devices[: need.ranks])} is "
-              f"{', '.join(_mib(share) for share in shares)}: {verdict} the floor")
+    if claim.takes or args.devices:
+        print(claim.detail)
     print(HF_NOTE)
-    return 1 if short else 0
+    return 1 if claim.short else 0
 
 
 HF_NOTE = (
-    "vLLM and SGLang take a fixed fraction of each GPU (--gpu-memory-utilization, --mem-fraction-static) "
-    "and size their KV pool to what is left: this is the floor that fraction must cover, without their "
-    "activation and CUDA graph workspaces"
+    "vLLM and SGLang size their KV cache to the memory they take, not to the context: what they take "
+    "is their claim, and the weights and KV for the context (with vLLM's reserve) the floor it must hold"
 )

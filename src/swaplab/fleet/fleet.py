@@ -57,8 +57,11 @@ from swaplab.fleet.loadclock import LoadClock
 from swaplab.fleet.placement import Placement, Resident, claims, estimate_detail, place
 from swaplab.fleet.reaper import PidFiles, descendants
 from swaplab.fleet.status import backend_entry, context_entry, device_entries
+from swaplab.memory.reported import engine_said
 from swaplab.metrics import Metrics
 
+_SAID = "; at its start "
+"""Where an estimate's detail goes on with what the engine said it allocated."""
 log = logging.getLogger("swaplab.fleet")
 
 # Requests for a running model keep joining its batch while another model waits for
@@ -127,7 +130,8 @@ class Fleet:
         self._waiting_reason: dict[str, str] = {}
         self._device_left_at: dict[int, float] = {}
         self._measured: dict[str, tuple[tuple[str, ...], ClaimEstimate]] = {}
-        """NVML's reading of what a model with an estimated claim took, with the cmd it was for."""
+        """NVML's reading of what a model with an estimated claim took (or what its engine said it
+        allocated, beside the estimate), with the cmd it was for."""
         self._memory_poll: asyncio.TimerHandle | None = None
         self._outdated: set[str] = set()
         self._retiring = False
@@ -667,10 +671,19 @@ class Fleet:
 
     def _measure_claim(self, backend: Backend, run: Run) -> None:
         """With NVML, what a model with an estimated claim really took once ready: logged beside
-        the estimate, and its claim from now on (until its entry changes)."""
+        the estimate, and its claim from now on (until its entry changes). What a vLLM or SGLang
+        start said it allocated (its own log) is recorded beside the estimate either way."""
         estimate = self.config.estimates.get(backend.id)
         if estimate is None or estimate.claim is None or backend.model.vram_gib or run.pid is None:
             return
+        said = engine_said(backend.model.cmd, (line.text for line in self.logs.recent(backend.id)
+                                               if line.time >= (backend.started_at or 0)))
+        if said is not None:
+            log.info("%s: %s (estimated: %s)", backend.id, said, estimate.detail)
+            before = estimate.detail.split(_SAID, 1)[0]  # an earlier start's figures give way
+            estimate = ClaimEstimate(estimate.claim, f"{before}{_SAID}{said}")
+            self._measured[backend.id] = (backend.model.cmd, estimate)
+            self.config = self._with_measurements(self.config)
         taken = self._gpu_held(run.pid)
         if not taken:
             return

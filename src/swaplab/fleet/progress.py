@@ -69,8 +69,8 @@ class Rule:
     was recognised (`prefer`)."""
 
 
-def _rules(*rows: tuple) -> tuple[Rule, ...]:
-    return tuple(Rule(re.compile(pattern), *rest) for pattern, *rest in rows)
+def _rules(*rows: tuple | Rule) -> tuple[Rule, ...]:
+    return tuple(row if isinstance(row, Rule) else Rule(re.compile(row[0]), *row[1:]) for row in rows)
 
 
 # tqdm as these engines print it: "45%|████▍     | 30/67 [00:01<..]" or the shard loaders'
@@ -86,7 +86,8 @@ THREADED_SHARDS = rf"Multi-thread loading shards:\s*{BAR}"
 # words included (which mean something else in vLLM and SGLang), and its table can go first.
 TABBY = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [A-Z]+: +"
 # rich's bar, printed once on a non-terminal stdout: "Loading model modules ━━━━━━ 100% 66/66 0:00:00".
-TABBY_MODULES = r"Loading (?:vision|draft|model) modules\s[^%\d]*(?P<pct>\d{1,3})%\s*(?:(?P<done>\d+)/(?P<total>\d+))?"
+TABBY_MODULES = (r"Loading (?:vision|draft|model) modules\s[^%\d]*"
+                 r"(?P<pct>\d{1,3})%\s*(?:(?P<done>\d+)/(?P<total>\d+))?")
 
 # (engine as its contract names it, its rules; within one table the first rule that matches a line wins)
 ENGINES: tuple[tuple[str, tuple[Rule, ...]], ...] = (
@@ -99,14 +100,16 @@ ENGINES: tuple[tuple[str, tuple[Rule, ...]], ...] = (
         # The keys, the routes ("Chat completions: http://..."), then uvicorn: its app is up before
         # the port is bound, and TabbyAPI serves only from "Uvicorn running on".
         ((rf"{TABBY}(?:Your (?:API|admin) key is|Disabling authentication|Starting \w+ API|[A-Z][\w ]*: https?://"
-          r"|Started server process|Waiting for application startup|Application startup complete)"), "starting server"),
+          r"|Started server process|Waiting for application startup|Application startup complete)"),
+         "starting server"),
         (rf"{TABBY}Uvicorn running on", READY),
     )),
     ("vLLM", _rules(
         ((r"vLLM server version \S+, serving model|non-default args:|Resolved architecture:|Using max model len"
           r"|Initializing a(?:n| V1) LLM engine"), "reading metadata"),
         (CHECKPOINT_SHARDS, "loading weights", _count),
-        (THREADED_SHARDS, "loading weights", _count, None, True),
+        # SGLang's default bar, drawn by vLLM's multi-thread loader too (weight_utils.py:1287).
+        Rule(re.compile(THREADED_SHARDS), "loading weights", _count, shared=True),
         (r"Loading model from scratch|Starting to load model", "loading weights"),
         (r"Loading (?:model )?weights took|Model loading took", "loading weights", _done),
         ((r"Starting torch\.compile|for vLLM's torch\.compile|Dynamo bytecode transform time|Compiling a graph for"
@@ -114,7 +117,8 @@ ENGINES: tuple[tuple[str, tuple[Rule, ...]], ...] = (
         (r"torch\.compile (?:takes|took) .* in total", "compiling", _done),
         # "Available KV cache memory" is the profile's result: 0.34's extensible KV cache is allocated
         # after the CUDA graphs ("Memory after warmup", "Extended KV cache"), so it is no allocation yet.
-        (r"Memory profiling (?:takes|results)|Initial profiling/warmup run|Available KV cache memory", "profiling memory"),
+        (r"Memory profiling (?:takes|results)|Initial profiling/warmup run|Available KV cache memory",
+         "profiling memory"),
         (r"Compile and warming up model for size", "warming up"),
         (r"# (?:GPU|cuda) blocks:|KV cache size: [\d,]+ tokens|Memory after warmup:|Extended KV cache to",
          "allocating KV cache"),
@@ -135,7 +139,7 @@ ENGINES: tuple[tuple[str, tuple[Rule, ...]], ...] = (
         (THREADED_SHARDS, "loading weights", _count),
         (r"Load weight end|Loading weights took", "loading weights", _done),
         (r"KV Cache (?:is allocated|VA upper bound)|Memory pool end", "allocating KV cache"),
-        # "Capture cuda graph begin" until 2025; 0.5.23 names each graph ("Capture target prefill CUDA graph begin").
+        # "Capture cuda graph begin" until 2025; 0.5.23 names each graph: "Capture target prefill CUDA graph begin".
         (r"\bCapture [\w -]*graph begin", "capturing CUDA graphs"),
         (rf"Capturing (?:batches|prefill shape)[^:%]*:\s*{BAR}", "capturing CUDA graphs", _count),
         # Older SGLang drew its capture bar with no label at all: "  0%|     | 0/13 [..]".
@@ -166,8 +170,9 @@ ENGINES: tuple[tuple[str, tuple[Rule, ...]], ...] = (
         (r"llama threadpool init|warming up the model", "warming up"),
         # Some versions bind the port before loading anything: listening is not ready there.
         (r"srv +load_model: initializing(?: slots|, n_slots)|HTTP server (?:is )?listening", "starting server"),
-        # After the load: "srv  llama_server: model loaded" from llama-server, "srv          init: ..." from xllamacpp.
-        (r"srv +\w+: (?:model loaded|listening on)|server is listening on|main: model loaded|all slots are idle", READY),
+        # After the load: "srv  llama_server: model loaded" in llama-server, "srv          init: ..." in xllamacpp.
+        (r"srv +\w+: (?:model loaded|listening on)|server is listening on|main: model loaded|all slots are idle",
+         READY),
     )),
 )
 ENGINE_NAMES = tuple(engine for engine, _ in ENGINES)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from swaplab.config.model import ModelConfig
-from swaplab.engines import contract, engine_of
+from swaplab.engines import contract
 
 FREED_NOTHING_GIB = 0.01
 """Less than this freed is nothing: vLLM prints two decimals, so its "0.00" is below it."""
@@ -32,11 +32,12 @@ class Freed:
 
 
 def report_patterns(model: ModelConfig) -> tuple[re.Pattern[str], ...]:
-    """The engine's log lines that state what a sleep freed (a `freed_gib` group); () for an engine
-    that says nothing, or a `sleep: engine: http` entry whose calls are the user's own."""
-    engine = engine_of(model.cmd)
-    if engine is None or model.sleep is None or model.sleep.engine == "http":
+    """The engine's log lines that state what a sleep freed (a `freed_gib` group): of the engine the
+    entry's `sleep:` names, whatever its cmd runs (a wrapper script hides it); () for an engine that
+    says nothing, or a `sleep: engine: http` entry whose calls are the user's own."""
+    if model.sleep is None or model.sleep.engine == "http":
         return ()
+    engine = model.sleep.engine
     sleep = contract(engine).sleep
     if sleep is None:
         return ()

@@ -1,5 +1,6 @@
 """The load a command line asks for: model file and `LoadSettings` from llama-server's flags,
-or the model folder, tensor parallelism and cache type from vLLM's and SGLang's.
+or the model, parallelism, context, cache dtype and memory share from vLLM's and SGLang's
+(their spellings and parsers as the engines' contracts have them).
 
 `--flag value` and `--flag=value` both count, the last one wins, as in llama.cpp's own
 parser. Flags that do not size memory are skipped; a value that is not a number where one
@@ -12,7 +13,11 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Literal
 
+from swaplab.engines import contract, flag_value, has_flag
+from swaplab.engines import engine_of as command_engine
 from swaplab.errors import SwaplabError
 from swaplab.memory.estimate import CACHE_TYPES, LoadSettings
 
@@ -139,20 +144,14 @@ def _value(flag: str, name: str, value: str) -> object:
 
 
 # -- vLLM and SGLang ------------------------------------------------------------------
+# Their flag spellings, cache dtypes and number parsers are the engines' own, as their
+# contracts have them (swaplab/engines/contracts/{vllm,sglang}.yaml, each with its file:line).
 
-_ENGINE_FLAGS = {
-    "vllm": {
-        "--model": "model", "--tensor-parallel-size": "tensor_parallel", "-tp": "tensor_parallel",
-        "--max-model-len": "ctx", "--kv-cache-dtype": "kv_cache_dtype", "--gpu-memory-utilization": "fraction",
-    },
-    "sglang": {
-        "--model-path": "model", "--model": "model", "--tp-size": "tensor_parallel", "--tp": "tensor_parallel",
-        "--context-length": "ctx", "--kv-cache-dtype": "kv_cache_dtype", "--mem-fraction-static": "fraction",
-    },
-}
-# vLLM's default share of each GPU; SGLang's depends on the GPU's size, so it is not assumed.
-DEFAULT_FRACTION = {"vllm": 0.9}
-KV_DTYPE_BYTES = {"auto": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0, "bfloat16": 2.0, "float16": 2.0}
+ENGINES = ("vllm", "sglang")
+_MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
+MODEL_DTYPE_BYTES = 2.0
+"""Bytes per KV element where the cache takes the model's dtype (`auto`): both engines serve a
+checkpoint in 16 bits unless told otherwise, a float32 one too (vllm/config/model.py:2484-2485)."""
 
 
 @dataclass(frozen=True)
@@ -163,59 +162,152 @@ class EngineLoad:
     model: str
     """A local folder or a Hugging Face repo id."""
     tensor_parallel: int = 1
+    data_parallel: int = 1
+    """Replicas, each on tensor_parallel x pipeline_parallel GPUs of its own."""
+    pipeline_parallel: int = 1
     ctx: int = 0
     """--max-model-len / --context-length; 0 = the model's own."""
-    kv_bytes: float = 2.0
+    ctx_auto: bool = False
+    """vLLM's `-1`/`auto`: the longest context that fits the KV cache it gets."""
+    kv_cache_dtype: str = "auto"
+    kv_bytes: float | None = None
+    """Bytes per K or V element of that dtype; None = the model's dtype (`kv_element_bytes`)."""
     fraction: float | None = None
-    """The share of each GPU it takes (--gpu-memory-utilization, --mem-fraction-static)."""
+    """The share given on the command line (--gpu-memory-utilization, --mem-fraction-static); None = the engine's default."""
+    kv_cache_bytes: int | None = None
+    """vLLM's --kv-cache-memory-bytes: the KV cache's size on each GPU, whatever the share."""
+
+    @property
+    def devices(self) -> int:
+        """GPUs the load spans: tensor x data x pipeline parallel ranks."""
+        return self.tensor_parallel * self.data_parallel * self.pipeline_parallel
+
+    @property
+    def kv_element_bytes(self) -> float:
+        return MODEL_DTYPE_BYTES if self.kv_bytes is None else self.kv_bytes
 
 
 def engine_of(argv: Sequence[str]) -> str | None:
-    """"vllm" or "sglang" for a command line that runs one (its program, a `python -m` module or
-    a container image), else None. A model path that merely contains the name does not count."""
-    for word in argv:
-        name = os.path.basename(word.split(":")[0])
-        for engine in ("vllm", "sglang"):
-            # `vllm`, `python -m vllm.entrypoints...`, `sglang.launch_server`, images
-            # `vllm/vllm-openai:latest` and `lmsysorg/sglang:latest`.
-            if name == engine or word.startswith(f"{engine}.") or name == f"{engine}-openai":
-                return engine
-    return None
+    """"vllm" or "sglang" for a command line that runs one (its program, a `python -m` module, a
+    container image, or `swaplab sim --engine` standing in for it), else None."""
+    # swaplab.engines looks only at a command's first words, and an entry's command often opens
+    # with `env` and its assignments (the seed's SGLang entry has six): ask again without them.
+    engine = command_engine(argv) or command_engine(_without_env(argv))
+    return engine if engine in ENGINES else None
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _without_env(argv: Sequence[str]) -> list[str]:
+    words = list(argv)
+    while words and (os.path.basename(words[0]) == "env" or _ASSIGNMENT.match(words[0])):
+        words.pop(0)
+    return words
 
 
 def engine_load(argv: Sequence[str]) -> EngineLoad:
-    """The model, tensor parallelism, context, KV dtype and GPU share of a vLLM/SGLang command."""
+    """The model, parallelism, context, KV dtype and memory flags of a vLLM/SGLang command."""
     engine = engine_of(argv)
     if engine is None:
         raise FlagError("not a vLLM or SGLang command")
-    flags = _ENGINE_FLAGS[engine]
+    memory = contract(engine).memory
     words = list(argv)
-    found: dict[str, str] = {}
-    index = 0
-    while index < len(words):
-        flag, equals, inline = words[index].partition("=")
-        if flag in flags:
-            if not equals:
-                if index + 1 >= len(words):
-                    raise FlagError(f"{flag} needs a value")
-                index += 1
-                inline = words[index]
-            found[flags[flag]] = inline
-        elif engine == "vllm" and words[index] == "serve" and index + 1 < len(words) and not words[index + 1].startswith("-"):
-            found.setdefault("model", words[index + 1])  # `vllm serve MODEL`
-        index += 1
-    if "model" not in found:
+    model = flag_value(words, _MODEL_FLAGS[engine]) or (_served(words) if engine == "vllm" else None)
+    if not model:
         raise FlagError(f"no model in the {engine} command (vllm serve MODEL, --model, --model-path)")
-    dtype = found.get("kv_cache_dtype", "auto").lower()
-    if dtype not in KV_DTYPE_BYTES:
-        raise FlagError(f"--kv-cache-dtype {dtype!r}: not one of {', '.join(KV_DTYPE_BYTES)}")
+    data_parallel = _whole(words, memory.data_parallel_flags)
+    if engine == "sglang" and has_flag(words, ("--enable-dp-attention",)):
+        data_parallel = 1  # --dp-size N with it is attention DP inside the TP ranks (sglang/srt/server_args.py:417-424)
+    context = flag_value(words, memory.context_flags)
+    ctx = context_value(engine, context) if context is not None else 0
+    dtype = flag_value(words, memory.kv_cache_dtype_flags) or "auto"
+    kv_cache_bytes = flag_value(words, memory.kv_cache_bytes_flags)
+    return EngineLoad(
+        engine, model,
+        tensor_parallel=_whole(words, memory.tensor_parallel_flags),
+        data_parallel=data_parallel,
+        pipeline_parallel=_whole(words, memory.pipeline_parallel_flags),
+        ctx=ctx if isinstance(ctx, int) and ctx > 0 else 0,
+        ctx_auto=ctx == "auto",
+        kv_cache_dtype=dtype,
+        kv_bytes=kv_dtype_bytes(engine, dtype),
+        fraction=_fraction(words, memory.utilization.flags if memory.utilization else ()),
+        kv_cache_bytes=None if kv_cache_bytes is None else human_int(engine, kv_cache_bytes, memory.kv_cache_bytes_flags[0]),
+    )
+
+
+def _served(words: list[str]) -> str | None:
+    """`vllm serve MODEL`: the word after `serve`, where it is not a flag."""
+    for index, word in enumerate(words[:-1]):
+        if word == "serve" and not words[index + 1].startswith("-"):
+            return words[index + 1]
+    return None
+
+
+def _whole(words: list[str], spellings: Sequence[str]) -> int:
+    value = flag_value(words, spellings)
+    if value is None:
+        return 1
     try:
-        return EngineLoad(
-            engine, found["model"],
-            tensor_parallel=int(found.get("tensor_parallel", 1)),
-            ctx=int(found.get("ctx", 0)),
-            kv_bytes=KV_DTYPE_BYTES[dtype],
-            fraction=float(found["fraction"]) if "fraction" in found else DEFAULT_FRACTION.get(engine),
-        )
-    except ValueError as error:
-        raise FlagError(f"a {engine} memory flag is not a number ({error})") from None
+        count = int(value)
+    except ValueError:
+        raise FlagError(f"{spellings[0]} {value!r}: not a whole number") from None
+    if count < 1:
+        raise FlagError(f"{spellings[0]} {value!r}: must be 1 or more")
+    return count
+
+
+def _fraction(words: list[str], spellings: Sequence[str]) -> float | None:
+    value = flag_value(words, spellings)
+    if value is None:
+        return None
+    try:
+        fraction = float(value)
+    except ValueError:
+        raise FlagError(f"{spellings[0]} {value!r}: not a number") from None
+    if not 0 < fraction <= 1:
+        raise FlagError(f"{spellings[0]} {value!r}: a share of the GPU, above 0 and at most 1")
+    return fraction
+
+
+def kv_dtype_bytes(engine: str, dtype: str) -> float | None:
+    """Bytes per K or V element of an engine's --kv-cache-dtype (its contract's `kv_cache_dtypes`);
+    None for the model's own dtype."""
+    dtypes = contract(engine).memory.kv_cache_dtypes
+    if dtype not in dtypes:
+        raise FlagError(f"--kv-cache-dtype {dtype!r}: not one whose size swaplab knows for {contract(engine).name} "
+                        f"(one of {', '.join(dtypes)})")
+    return dtypes[dtype]
+
+
+def context_value(engine: str, text: str) -> int | Literal["auto"]:
+    """A context flag's value as the engine parses it: vLLM's `human_readable_int_or_auto`
+    ("auto" for -1 or auto), SGLang's `human_readable_int` (-1 is just -1 there)."""
+    if engine == "vllm" and (text.strip() == "-1" or text.strip().lower() == "auto"):
+        return "auto"  # vllm/utils/argparse_utils.py:77-93
+    return human_int(engine, text, contract(engine).memory.context_flags[0])
+
+
+def human_int(engine: str, text: str, flag: str) -> int:
+    """An integer with the engine's own suffixes: vLLM's k/m/g/t decimal and K/M/G/T binary
+    (vllm/utils/argparse_utils.py:30-74), SGLang's case-sensitive k/M/G/T and Ki/Mi/Gi/Ti
+    (sglang/srt/utils/common.py:3394-3429). Decimals only with the decimal suffixes."""
+    value = text.strip()
+    pattern = r"(\d+(?:\.\d+)?)([kKmMgGtT])" if engine == "vllm" else r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)"
+    found = re.fullmatch(pattern, value)
+    if found:
+        number, suffix = found.groups()
+        binary = suffix.endswith("i") if engine == "sglang" else suffix.isupper()
+        if binary:
+            if "." in number:
+                raise FlagError(f"{flag} {text!r}: no decimals with a binary suffix ({suffix})")
+            return int(number) * 2 ** (10 * ("KMGT".index(suffix[0].upper()) + 1))
+        power = 10 ** (3 * ("kmgt".index(suffix.lower()) + 1))
+        # vLLM multiplies a float, SGLang a Decimal: 25.6k is 25600 in both, but not always alike.
+        return int(float(number) * power) if engine == "vllm" else int(Decimal(number) * power)
+    try:
+        return int(value)
+    except ValueError:
+        suffixes = "k, m, g, t (x1000) or K, M, G, T (x1024)" if engine == "vllm" else "k, M, G, T or Ki, Mi, Gi, Ti"
+        raise FlagError(f"{flag} {text!r}: not a whole number (suffixes: {suffixes})") from None

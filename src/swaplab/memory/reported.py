@@ -9,8 +9,12 @@ At verbosity 4 (`-lv 4`) llama.cpp's server logs one line per buffer it allocate
     llama_context:      CUDA0 compute buffer size =    47.01 MiB
 
 `parse_load_log` gathers them into `Reported`: bytes per kind and buffer name. It is what
-the estimator is measured against, and what the router records for a model it started
-so that later estimates for that model use the measurement.
+the estimator is measured against.
+
+vLLM and SGLang state theirs too, per GPU, in the lines their contracts list under
+`memory.reports` ("Model loading took 15.27 GiB memory ...", "KV Cache is allocated. ...,
+K size: 22.57 GB, V size: 22.57 GB"). `parse_engine_log` reads them into `EngineReported`,
+which the fleet records beside a model's estimated claim once it is ready.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import subprocess
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from swaplab.engines import contract
+from swaplab.memory.flags import engine_of
 
 MIB = 1024 * 1024
 
@@ -89,3 +96,85 @@ def report_of_load(argv: Sequence[str], timeout: float = 120.0) -> tuple[Reporte
         tail = "\n".join(lines[-15:])
         raise RuntimeError(f"{argv[0]} did not finish loading (exit {process.returncode}):\n{tail}")
     return parse_load_log(lines), lines
+
+
+# -- vLLM and SGLang -----------------------------------------------------------------
+
+_GRAPHS = ("cuda_graph_gib", "decode_graph_gib")
+"""The figures of CUDA graph memory: vLLM's one capture, SGLang's decode graphs. SGLang's
+prefill capture line is left out: its contract's `meaning` names one field fewer than the
+line has (no capture name), so its `prefill_graph_gib` would read the seconds."""
+
+
+@dataclass(frozen=True)
+class EngineReported:
+    """The figures a vLLM or SGLang start printed (GiB per GPU, and token counts), by the names
+    its contract's `memory.reports` give them; a figure printed again (by each rank, or as a
+    cache grows) keeps its last value."""
+
+    engine: str
+    figures: dict[str, float]
+
+    @property
+    def weights_gib(self) -> float | None:
+        return self.figures.get("weights_gib")
+
+    @property
+    def kv_gib(self) -> float | None:
+        """The KV cache: vLLM's final size (else the budget it reserved), SGLang's K + V."""
+        figures = self.figures
+        if "kv_gib" in figures:
+            return figures["kv_gib"]
+        if "k_gib" in figures:
+            return figures["k_gib"] + figures.get("v_gib", 0.0)
+        return figures.get("kv_budget_gib")
+
+    @property
+    def graphs_gib(self) -> float:
+        return sum(self.figures.get(name, 0.0) for name in _GRAPHS)
+
+    @property
+    def held_gib(self) -> float | None:
+        """Weights + KV + CUDA graphs on each GPU, where the weights and the KV cache were stated."""
+        if self.weights_gib is None or self.kv_gib is None:
+            return None
+        return self.weights_gib + self.kv_gib + self.graphs_gib
+
+    def summary(self) -> str:
+        """The figures as arithmetic, e.g. "weights 15.27 + KV 56.63 + CUDA graphs 0.54 = 72.44 GiB per GPU"."""
+        name = contract(self.engine).name
+        tokens = self.figures.get("kv_tokens")
+        pool = f" ({tokens:,.0f} KV tokens)" if tokens else ""
+        if self.held_gib is None:
+            known = ", ".join(f"{key} {value:g}" for key, value in self.figures.items())
+            return f"{name} reported {known}"
+        graphs = f" + CUDA graphs {self.graphs_gib:.2f}" if self.graphs_gib else ""
+        return (f"{name} reported weights {self.weights_gib:.2f} + KV {self.kv_gib:.2f}{graphs} = "
+                f"{self.held_gib:.2f} GiB per GPU{pool}")
+
+
+def parse_engine_log(engine: str, lines: Iterable[str]) -> EngineReported:
+    """The figures in a vLLM or SGLang start's output, read with its contract's report patterns."""
+    patterns = [report.pattern() for report in contract(engine).memory.reports]
+    figures: dict[str, float] = {}
+    for line in lines:
+        for pattern in patterns:
+            found = pattern.search(line)
+            if found is None:
+                continue
+            for name, text in found.groupdict().items():
+                try:
+                    figures[name] = float(text.replace(",", ""))
+                except ValueError:  # a figure the line left empty
+                    continue
+    return EngineReported(engine, figures)
+
+
+def engine_said(argv: Sequence[str], lines: Iterable[str]) -> str | None:
+    """What a vLLM or SGLang command's start said it allocated, in words; None for another
+    engine, or an output without its figures."""
+    engine = engine_of(argv)
+    if engine is None:
+        return None
+    reported = parse_engine_log(engine, lines)
+    return reported.summary() if reported.figures else None
