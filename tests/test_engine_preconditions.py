@@ -20,7 +20,6 @@ import shlex
 from pathlib import Path
 
 import aiohttp
-import pytest
 import yaml
 from configtext import faults_of, load
 from procs import SIM, run_swaplab

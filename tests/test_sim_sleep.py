@@ -13,7 +13,9 @@ import yaml
 from procs import Sim, eventually, run_swaplab
 
 from swaplab.sim.request import BadRequest
-from swaplab.sim.sleep import GARBAGE, fault_changes, sglang_tags, vllm_sleep_query, vllm_wake_tags
+from swaplab.sim.sglang import sglang_tags
+from swaplab.sim.sleep import GARBAGE, fault_changes
+from swaplab.sim.vllm import vllm_sleep_query, vllm_wake_tags
 
 CHAT = "/v1/chat/completions"
 CHAT_BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

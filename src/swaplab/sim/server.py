@@ -1,6 +1,6 @@
 """The sim's HTTP server: an OpenAI- and Anthropic-compatible backend with exact timing and faults.
 
-One concept, the simulated backend's HTTP surface (about 520 lines): generation, its
+One concept, the simulated backend's HTTP surface (about 580 lines): generation, its
 timing and faults, and the engine endpoints clients and harnesses call beside it
 (tokenize, embeddings, vLLM's scoring API), which share its readiness and its counters.
 """
@@ -28,7 +28,10 @@ from swaplab.sim.request import BadRequest, Kind, Plan, json_body, messages_prom
 from swaplab.sim.personality import Personality
 from swaplab.sim.personality import check_settings as check_engine_settings
 from swaplab.sim.script import Script, ScriptedReply
-from swaplab.sim.sleep import GARBAGE, SLEEPING_ENGINES, Engine, Fault, Sleeper, check_settings
+from swaplab.sim.sglang import SglangSleeper
+from swaplab.sim.sleep import GARBAGE, Engine, Fault, Sleeper, check_settings
+from swaplab.sim.tabby import TabbySleeper
+from swaplab.sim.vllm import VllmSleeper
 from swaplab.sim.slots import SlotFault, Slots
 from swaplab.sim.slots import check_settings as check_slot_settings
 from swaplab.sim.tokens import answer_text, prompt_words
@@ -40,6 +43,9 @@ SHUTDOWN_GRACE_SECONDS = 0.1
 # An unpaced stream yields to the event loop this often, so concurrent streams
 # interleave and a disconnect is noticed even on a very long answer.
 UNPACED_YIELD_EVERY = 16
+
+# Each engine's way to sleep (its own module over sim/sleep.py's `Sleeper`).
+SLEEPERS: dict[str, type[Sleeper]] = {"vllm": VllmSleeper, "sglang": SglangSleeper, "tabby": TabbySleeper}
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 ID_PREFIXES: dict[Kind, str] = {"chat": "chatcmpl-sim", "completion": "cmpl-sim", "messages": "msg_sim"}
@@ -120,9 +126,10 @@ class Sim:
         self._idle.set()
         facts = check_engine_settings(settings)
         self._personality = Personality(settings, facts) if facts is not None else None
-        self._sleeper = (
-            Sleeper(settings, workload=self, facts=facts)
-            if facts is not None and settings.engine in SLEEPING_ENGINES and self._serves_sleep(facts) else None
+        sleeper = SLEEPERS.get(settings.engine)
+        self._sleeper: Sleeper | None = (
+            sleeper(settings, workload=self, facts=facts)
+            if sleeper is not None and facts is not None and self._serves_sleep(facts) else None
         )
         self._abort_epoch = 0  # abort_all() moves it on: a generation begun in an older one ends
         self._slots = Slots(
