@@ -111,6 +111,9 @@ async def test_the_sleep_docs_configs_reach_ready_on_the_sim_and_swap_by_sleep(r
         for name in ("qwen-vllm", "glm-sglang", "tabby"):
             sleep = entries[name]["sleep"]
             assert sleep["wakes"] >= 1 and not sleep.get("last_fallback"), (name, sleep)
+        # vLLM said what its sleep freed, in its own words, and /running shows it.
+        vllm = entries["qwen-vllm"]["sleep"]
+        assert vllm["last_freed_gib"] == 1 and "Sleep mode freed 1.0 GiB memory" in vllm["last_freed_by"], vllm
 
 
 def test_entries_the_engines_cannot_serve_are_faults_at_their_lines():

@@ -52,7 +52,7 @@ from swaplab.fleet.reaper import (
     signal_group,
 )
 from swaplab.fleet.run import Run
-from swaplab.fleet.sleepcheck import ReportWatch, freed_nothing, nvml_freed, report_patterns
+from swaplab.fleet.sleepcheck import Freed, ReportWatch, freed_nothing, nvml_freed, report_patterns
 from swaplab.metrics import Metrics
 
 log = logging.getLogger("swaplab.fleet")
@@ -169,6 +169,8 @@ class Backend:
         self.last_wake_seconds: float | None = None
         self.host_gib: float | None = None
         """RAM the process tree held the last time it slept (measured)."""
+        self.last_freed: Freed | None = None
+        """What its last sleep freed on the GPU, and who said so (the engine's report, NVML); None: unknown."""
 
     @property
     def id(self) -> str:
@@ -391,8 +393,9 @@ class Backend:
         self.asleep_since = time.time()
         self.host_gib = tree_gib(run.pid)
         self._set(State.SLEEPING)
-        log.info("%s asleep in %.2f s (pid %s and its children hold %.2f GiB of RAM)", self.id, self.last_sleep_seconds,
-                 run.pid, self.host_gib or 0.0)
+        freed = f"; {self.last_freed.source}" if self.last_freed is not None else ""
+        log.info("%s asleep in %.2f s (pid %s and its children hold %.2f GiB of RAM%s)", self.id, self.last_sleep_seconds,
+                 run.pid, self.host_gib or 0.0, freed)
         return True
 
     async def _freed_nothing(self, run: Run, report: ReportWatch, held_before: dict[int, float] | None) -> str | None:
@@ -401,11 +404,11 @@ class Backend:
         if report.patterns and not report.seen.is_set():
             await first_of(report.seen.wait(), asyncio.sleep(REPORT_GRACE_SECONDS), run.exited.wait(),
                            run.stop_wanted.wait())
-        if report.freed is not None:
-            return freed_nothing(report.freed)
-        if held_before is not None and self._gpu_held is not None and run.pid is not None:
-            return freed_nothing(nvml_freed(held_before, self._gpu_held(run.pid)))
-        return None
+        freed = report.freed
+        if freed is None and held_before is not None and self._gpu_held is not None and run.pid is not None:
+            freed = nvml_freed(held_before, self._gpu_held(run.pid))
+        self.last_freed = freed
+        return freed_nothing(freed)
 
     async def _wake_up(self, run: Run) -> bool:
         """The wake calls, then readiness proved as after a start; False when the run is ending."""

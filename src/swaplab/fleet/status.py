@@ -101,6 +101,9 @@ def _sleep_json(backend: Backend, host_gib: float | None) -> dict[str, Any]:
         entry["consecutive_faults"] = backend.sleep_faults
     if backend.last_fallback:
         entry["last_fallback"] = backend.last_fallback
+    if backend.last_freed is not None:
+        entry["last_freed_gib"] = round(backend.last_freed.gib, 3)
+        entry["last_freed_by"] = backend.last_freed.source
     return entry
 
 

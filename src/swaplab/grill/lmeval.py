@@ -11,8 +11,9 @@ n, and lm-eval's own per-sample log as files beside the run.
 Generative tasks (`generate_until`) go to `/v1/chat/completions` (`--lmeval-api chat`,
 with the model's chat template) or `/v1/completions`; log-likelihood tasks (multiple
 choice) need `/v1/completions` returning the prompt's logprobs (`echo`) and the server's
-tokenizer (`/tokenizer_info`), which vLLM and SGLang have and llama.cpp's server has not:
-`check_loglikelihood` says so before anything runs.
+tokenizer (`/tokenizer_info`), which only vLLM serves, and only when started with
+`--enable-tokenizer-info-endpoint` (vllm/entrypoints/serve/tokenize/api_router.py:87; SGLang
+0.5.23 and llama.cpp's server have no such route): `check_loglikelihood` says so before anything runs.
 
 A task is a name lm-eval knows (its data from the Hugging Face hub, which needs the
 network) or a task YAML file (or a folder of them) whose `dataset_path: json` reads local
@@ -232,8 +233,9 @@ def check_loglikelihood(url: str, model: str, api_key: str | None, found: Sequen
     if problems:
         raise LmevalError(
             f"{', '.join(scored)} score answers by log-likelihood, which needs the model's server to give the "
-            f"prompt's logprobs and its tokenizer; {model}'s does not ({'; '.join(problems)}). vLLM and SGLang "
-            "serve both; llama.cpp's server has neither: run generative (generate_until) tasks on it instead"
+            f"prompt's logprobs and its tokenizer; {model}'s does not ({'; '.join(problems)}). vLLM serves both when "
+            "started with --enable-tokenizer-info-endpoint; SGLang and llama.cpp's server have no /tokenizer_info: "
+            "run generative (generate_until) tasks on them instead"
         )
 
 

@@ -137,7 +137,7 @@ export function modelProblem(model) {
     const backoff = model.backoffSeconds ? ` · next start in ${model.backoffSeconds} s` : "";
     return { kind: "error", text: `failed ${model.failures}× · ${model.lastError}${backoff}` };
   }
-  if (model.sleep && model.sleep.last_fallback) return { kind: "warning", text: `wake fell back to a cold start: ${model.sleep.last_fallback}` };
+  if (model.sleep && model.sleep.last_fallback) return { kind: "warning", text: `stopped instead of sleeping or waking: ${model.sleep.last_fallback}` };
   if (model.sleep && model.sleep.enabled === false) return { kind: "warning", text: "sleep disabled after two failed sleeps or wakes in a row" };
   if (model.waiting) return { kind: "info", text: model.waiting };
   if (model.phase) return { kind: "info", text: `${model.phase}…` };
