@@ -53,7 +53,8 @@ models:
   b:
     name: Model B
     description: the second sim, which sleeps
-    cmd: {SIM} --port ${{PORT}} --model b --engine vllm
+    cmd: {SIM} --port ${{PORT}} --model b --engine vllm --enable-sleep-mode
+    env: [VLLM_SERVER_DEV_MODE=1]
     devices: [1]
     vramGiB: 10
     sleep: {{engine: vllm, level: 1, hostMemoryGiB: 4}}
@@ -699,7 +700,9 @@ models:
   qwen3-8b:
     name: Qwen3 8B
     description: Chat and tool use. Sleeps instead of stopping.
-    cmd: {SIM} --port ${{PORT}} --model qwen3-8b --tokens-per-second 80 --engine vllm --wake-seconds 0.4 --script {script}
+    cmd: {SIM} --port ${{PORT}} --model qwen3-8b --served-model-name qwen3-8b qwen assistant --tokens-per-second 80
+      --engine vllm --enable-sleep-mode --wake-seconds 0.4 --script {script}
+    env: [VLLM_SERVER_DEV_MODE=1]
     aliases: [qwen, assistant]
     devices: [0]
     vramGiB: 9
