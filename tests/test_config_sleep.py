@@ -145,4 +145,7 @@ def test_an_unknown_key_in_sleep_is_a_warning_with_its_line():
               engine: vllm
               wakeSeconds: 3
     """)
-    assert config.warnings == ("test.yaml:7: unknown key 'wakeSeconds' ignored",)
+    assert config.warnings[-1] == "test.yaml:7: unknown key 'wakeSeconds' ignored"
+    # `x` is no vLLM it can see: its sleep flags cannot be checked before it runs.
+    assert config.warnings[0].startswith("test.yaml:5: models.a.sleep: its cmd does not show vLLM")
+    assert len(config.warnings) == 2

@@ -18,6 +18,7 @@ def engine_of(argv: Sequence[str]) -> EngineName | None:
     """The engine a command line runs (its program, a `python -m` module, a container image,
     swaplab's llama.cpp wrapper or the sim in a personality), else None. A model path that
     merely contains an engine's name does not count."""
+    argv = _without_env(argv)
     if not argv:
         return None
     sim = _sim_engine(argv)
@@ -30,7 +31,9 @@ def engine_of(argv: Sequence[str]) -> EngineName | None:
         for engine in ("vllm", "sglang"):
             # `vllm serve`, `python -m vllm.entrypoints...`, `sglang.launch_server`, images
             # `vllm/vllm-openai:latest` and `lmsysorg/sglang:latest`.
-            if name == engine or word.startswith(f"{engine}.") or name == f"{engine}-openai":
+            # A bare word or the program itself, an image with its tag: a model folder named `vllm` is neither.
+            named = name == engine and (index == 0 or "/" not in word or ":" in word)
+            if named or word.startswith(f"{engine}.") or name == f"{engine}-openai":
                 return engine
         if name == "llama-server":  # behind env, docker run ...
             return "llamacpp"
@@ -40,6 +43,15 @@ def engine_of(argv: Sequence[str]) -> EngineName | None:
         if index > 6:
             break
     return None
+
+
+def _without_env(argv: Sequence[str]) -> list[str]:
+    """The command after `env` and its `NAME=value` assignments (the seed's SGLang entry opens with
+    six): what it runs is the word after them."""
+    words = list(argv)
+    while words and (os.path.basename(words[0]) == "env" or _ENV_WORD.match(words[0])):
+        words.pop(0)
+    return words
 
 
 def _sim_engine(argv: Sequence[str]) -> EngineName | None:

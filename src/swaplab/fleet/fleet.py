@@ -60,9 +60,10 @@ from swaplab.fleet.status import backend_entry, context_entry, device_entries
 from swaplab.memory.reported import engine_said
 from swaplab.metrics import Metrics
 
+log = logging.getLogger("swaplab.fleet")
+
 _SAID = "; at its start "
 """Where an estimate's detail goes on with what the engine said it allocated."""
-log = logging.getLogger("swaplab.fleet")
 
 # Requests for a running model keep joining its batch while another model waits for
 # the swap, so A B A B is served A A B B; after this long the waiting model's turn

@@ -149,7 +149,9 @@ _SGLANG_BY_SIZE = (
 )
 
 
-def sglang_reserve_mib(gpu_mib: float, tensor_parallel: int = 1, pipeline_parallel: int = 1, mla: bool = False) -> float:
+def sglang_reserve_mib(
+    gpu_mib: float, tensor_parallel: int = 1, pipeline_parallel: int = 1, mla: bool = False,
+) -> float:
     """MiB SGLang reserves beside its static pool for activations and CUDA graphs, by its own
     formula (memory_hook.py:281-343, 350-395): 512 + 1.5 x max(chunked prefill, 2048) +
     tp x pp / 8 x 1024 + decode graphs' max batch x 2 + 8 per prefill graph size (1536 with
@@ -161,7 +163,9 @@ def sglang_reserve_mib(gpu_mib: float, tensor_parallel: int = 1, pipeline_parall
     return max(reserved, 10 * 1024) if gpu_mib > 60 * 1024 else reserved
 
 
-def sglang_default_fraction(gpu_mib: float, tensor_parallel: int = 1, pipeline_parallel: int = 1, mla: bool = False) -> float:
+def sglang_default_fraction(
+    gpu_mib: float, tensor_parallel: int = 1, pipeline_parallel: int = 1, mla: bool = False,
+) -> float:
     """SGLang's --mem-fraction-static when none is given: round((gpu - reserved) / gpu, 3) of the
     GPU's total MiB (memory_hook.py:324-328). An H100 (81559 MiB) at tp 1 gets 0.83."""
     reserved = sglang_reserve_mib(gpu_mib, tensor_parallel, pipeline_parallel, mla)
@@ -205,96 +209,114 @@ def engine_claim(load: EngineLoad, facts: ModelFacts | None, sizes: Sequence[int
       device plus its own reserve estimate, at most the whole device. Its default share is
       computed from the GPU's size so that the two make the whole device.
     """
-    name = "vLLM" if load.engine == "vllm" else "SGLang"
     sizes = list(sizes)[: load.devices]
-    ranks = f"each of its {load.devices} device(s)"
-    need = None
-    ctx = load.ctx
-    if facts is not None:
-        ctx = ctx or facts.n_ctx_train
-        need = hf_rank_need(facts, ctx, load.kv_element_bytes, load.tensor_parallel, load.pipeline_parallel)
-    smallest = min(sizes) if sizes else 0
-    reserved = VLLM_RESERVED if load.engine == "vllm" else 0
-    fraction = load.fraction
+    ctx = load.ctx or (facts.n_ctx_train if facts is not None else 0)
+    need = None if facts is None else hf_rank_need(
+        facts, ctx, load.kv_element_bytes, load.tensor_parallel, load.pipeline_parallel)
     if load.engine == "vllm" and load.kv_cache_bytes is not None:
-        fraction = None
-        if need is None:
-            takes = tuple(sizes)
-            head = (f"vLLM's KV cache is --kv-cache-memory-bytes {load.kv_cache_bytes / GIB:.2f} GiB on {ranks}, "
-                    f"but its weights are unknown ({unknown}): it claims them whole")
-            return EngineClaim(takes, None, None, ctx, False, head)
-        taken = need.weights + load.kv_cache_bytes + VLLM_RESERVED
-        takes = tuple(min(taken, size) for size in sizes)
-        head = (f"vLLM's KV cache is --kv-cache-memory-bytes on {ranks}, whatever the share "
-                f"(vllm/v1/worker/gpu_worker.py:688-712): weights {need.weights / GIB:.2f} + KV "
-                f"{load.kv_cache_bytes / GIB:.2f} + reserved {VLLM_RESERVED / GIB:.2f} = {taken / GIB:.2f} GiB")
-        problems = []
-        if need.kv > load.kv_cache_bytes:
-            problems.append(f"KV at {ctx} tokens needs {need.kv / GIB:.2f} GiB: it will not start; raise "
-                            "--kv-cache-memory-bytes or lower the context")
-        if sizes and taken > smallest:
-            problems.append(f"more than the device's {smallest / GIB:.2f} GiB: it will not start")
-        return _with_devices(EngineClaim(takes, None, need, ctx, bool(problems), "; ".join([head, *problems])), load, sizes)
-    if load.engine == "vllm":
-        if fraction is None:
-            takes = tuple(sizes)
-            share = smallest
-            head = (f"vLLM takes the memory free at its start on {ranks} (no --gpu-memory-utilization: "
-                    f"the extensible KV cache resolves it to 1.0, vllm/config/cache.py:495-501)")
-        else:
-            takes = tuple(math.ceil(size * fraction) for size in sizes)
-            share = math.ceil(smallest * fraction)
-            head = f"vLLM takes {fraction:g} of {ranks}, of its total memory (vllm/v1/worker/utils.py:742-743)"
+        claim = _vllm_kv_bytes(load, need, sizes, ctx, unknown)
     else:
-        gpu_mib = smallest / MIB
-        mla = facts.mla if facts is not None else True
-        reserve = sglang_reserve_mib(gpu_mib, load.tensor_parallel, load.pipeline_parallel, mla) * MIB if sizes else 0
-        guess = "" if facts is not None else ", with MLA's graph reserve as its config.json is unread"
-        if fraction is None:
-            if not sizes:
-                return EngineClaim((), None, need, ctx, False,
-                                   "SGLang without --mem-fraction-static picks its share from the GPU's size: give the devices")
-            fraction = sglang_default_fraction(gpu_mib, load.tensor_parallel, load.pipeline_parallel, mla)
-            takes = tuple(sizes)
-            head = (f"SGLang without --mem-fraction-static takes {fraction:g} of a {gpu_mib:.0f} MiB GPU for weights and KV, "
-                    f"round((total - reserve {reserve / MIB:.0f} MiB) / total, 3) (sglang/srt/arg_groups/memory_hook.py:"
-                    f"281-343{guess}), and needs the rest for CUDA graphs and activations: the whole of {ranks}")
-        else:
-            takes = tuple(min(size, math.ceil(size * fraction + reserve)) for size in sizes)
-            head = (f"SGLang takes {fraction:g} of the memory free at its start for weights and KV "
-                    f"(sglang/srt/mem_cache/kv_cache_configurator.py:2990-3061) and needs {reserve / GIB:.2f} GiB "
-                    f"beside it for CUDA graphs and activations (its own reserve, memory_hook.py{guess})")
-            if sizes and smallest * fraction + reserve > smallest:
-                head += f": the whole of {ranks}, as {fraction:g} leaves {(1 - fraction) * smallest / GIB:.2f} GiB beside it"
-        share = math.floor(smallest * fraction)
-    if sizes:
-        head += f": {takes[0] / GIB:.2f} GiB" if len(set(takes)) == 1 else ": " + ", ".join(f"{t / GIB:.2f}" for t in takes) + " GiB"
-    if need is None:
-        return _with_devices(EngineClaim(takes, fraction, None, ctx, False, f"{head}; its floor is unknown ({unknown})"),
-                             load, sizes)
-    floor_total = need.total + reserved
-    floor = (f"weights {need.weights / GIB:.2f} + KV at {ctx} tokens {need.kv / GIB:.2f}"
-             + (f" + reserved {reserved / GIB:.2f}" if reserved else "") + f" = {floor_total / GIB:.2f} GiB per rank")
-    if not sizes or floor_total <= share:
-        return _with_devices(EngineClaim(takes, fraction, need, ctx, False, f"{head}; its floor: {floor}"), load, sizes)
-    within = f"{fraction:g} of {smallest / GIB:.2f} GiB is {share / GIB:.2f} GiB" if fraction else f"{smallest / GIB:.2f} GiB"
-    if load.ctx_auto and need.kv_bytes_per_token:
-        fits = int((share - need.weights - reserved) / need.kv_bytes_per_token) // 16 * 16
-        if fits > 0:
-            return _with_devices(EngineClaim(
-                takes, fraction, need, ctx, False,
-                f"{head}; with --max-model-len auto it starts at the longest context that fits, about {fits} tokens "
-                f"({within}; at its own {ctx}: {floor})"), load, sizes)
-    return _with_devices(EngineClaim(
-        takes, fraction, need, ctx, True,
-        f"{head}, short of its floor ({floor}; {within}): it will not start; raise the share, lower the context "
-        "or add ranks"), load, sizes)
-
-
-def _with_devices(claim: EngineClaim, load: EngineLoad, sizes: Sequence[int]) -> EngineClaim:
-    """A load given fewer devices than its ranks does not start."""
+        share = _vllm_share(load, sizes) if load.engine == "vllm" else _sglang_share(load, facts, sizes)
+        claim = _against_floor(load, share, need, ctx, sizes, unknown)
     if not sizes or len(sizes) >= load.devices:
         return claim
     spans = f"tensor {load.tensor_parallel} x data {load.data_parallel} x pipeline {load.pipeline_parallel}"
     return replace(claim, short=True, detail=f"{claim.detail}; it spans {load.devices} devices ({spans}) and has "
                                               f"{len(sizes)}: it will not start")
+
+
+@dataclass(frozen=True)
+class _Share:
+    takes: tuple[int, ...]
+    fraction: float | None
+    static: int
+    """What must hold the weights, the KV cache and vLLM's reserve on the smallest device."""
+    head: str
+
+
+def _each(load: EngineLoad) -> str:
+    return f"each of its {load.devices} device(s)"
+
+
+def _vllm_share(load: EngineLoad, sizes: list[int]) -> _Share:
+    smallest = min(sizes, default=0)
+    if load.fraction is None:
+        return _Share(tuple(sizes), None, smallest,
+                      f"vLLM takes the memory free at its start on {_each(load)} (no --gpu-memory-utilization: "
+                      "the extensible KV cache resolves it to 1.0, vllm/config/cache.py:495-501)")
+    return _Share(tuple(math.ceil(size * load.fraction) for size in sizes), load.fraction,
+                  math.ceil(smallest * load.fraction),
+                  f"vLLM takes {load.fraction:g} of {_each(load)}, of its total memory (vllm/v1/worker/utils.py:742-743)")
+
+
+def _sglang_share(load: EngineLoad, facts: ModelFacts | None, sizes: list[int]) -> _Share:
+    smallest = min(sizes, default=0)
+    if not sizes:  # its reserve, and its default share, follow the GPU's size
+        what = f"{load.fraction:g} of the memory free at its start" if load.fraction else "a share by the GPU's size"
+        return _Share((), load.fraction, 0, f"SGLang takes {what} for weights and KV, and more beside it for CUDA "
+                                            "graphs and activations: give the devices to size it")
+    gpu_mib = smallest / MIB
+    mla = facts.mla if facts is not None else True
+    reserve = sglang_reserve_mib(gpu_mib, load.tensor_parallel, load.pipeline_parallel, mla) * MIB
+    guess = "" if facts is not None else ", with MLA's graph reserve as its config.json is unread"
+    if load.fraction is None:
+        fraction = sglang_default_fraction(gpu_mib, load.tensor_parallel, load.pipeline_parallel, mla)
+        return _Share(tuple(sizes), fraction, math.floor(smallest * fraction), (
+            f"SGLang without --mem-fraction-static takes {fraction:g} of a {gpu_mib:.0f} MiB GPU for weights and KV, "
+            f"round((total - reserve {reserve / MIB:.0f} MiB) / total, 3) (sglang/srt/arg_groups/memory_hook.py:281-343"
+            f"{guess}), and needs the rest for CUDA graphs and activations: the whole of {_each(load)}"))
+    fraction = load.fraction
+    head = (f"SGLang takes {fraction:g} of the memory free at its start for weights and KV "
+            f"(sglang/srt/mem_cache/kv_cache_configurator.py:2990-3061) and needs {reserve / GIB:.2f} GiB beside it "
+            f"for CUDA graphs and activations (its own reserve, memory_hook.py{guess})")
+    if smallest * fraction + reserve > smallest:
+        head += f": the whole of {_each(load)}, as {fraction:g} leaves {(1 - fraction) * smallest / GIB:.2f} GiB beside it"
+    return _Share(tuple(min(size, math.ceil(size * fraction + reserve)) for size in sizes), fraction,
+                  math.floor(smallest * fraction), head)
+
+
+def _vllm_kv_bytes(load: EngineLoad, need: RankNeed | None, sizes: list[int], ctx: int, unknown: str) -> EngineClaim:
+    assert load.kv_cache_bytes is not None
+    kv = load.kv_cache_bytes
+    if need is None:
+        return EngineClaim(tuple(sizes), None, None, ctx, False,
+                           f"vLLM's KV cache is --kv-cache-memory-bytes {kv / GIB:.2f} GiB on {_each(load)}, "
+                           f"but its weights are unknown ({unknown}): it claims them whole")
+    taken = need.weights + kv + VLLM_RESERVED
+    parts = [f"vLLM's KV cache is --kv-cache-memory-bytes on {_each(load)}, whatever the share "
+             f"(vllm/v1/worker/gpu_worker.py:688-712): weights {need.weights / GIB:.2f} + KV {kv / GIB:.2f} + "
+             f"reserved {VLLM_RESERVED / GIB:.2f} = {taken / GIB:.2f} GiB"]
+    if need.kv > kv:
+        parts.append(f"KV at {ctx} tokens needs {need.kv / GIB:.2f} GiB: it will not start; raise "
+                     "--kv-cache-memory-bytes or lower the context")
+    if sizes and taken > min(sizes):
+        parts.append(f"more than the device's {min(sizes) / GIB:.2f} GiB: it will not start")
+    return EngineClaim(tuple(min(taken, size) for size in sizes), None, need, ctx, len(parts) > 1, "; ".join(parts))
+
+
+def _against_floor(load: EngineLoad, share: _Share, need: RankNeed | None, ctx: int, sizes: list[int],
+                   unknown: str) -> EngineClaim:
+    """The claim, with whether what it keeps for weights and KV holds them at its context."""
+    head, takes, fraction = share.head, share.takes, share.fraction
+    if takes:
+        head += ": " + ", ".join(dict.fromkeys(f"{taken / GIB:.2f}" for taken in takes)) + " GiB"  # each figure once
+    if need is None:
+        return EngineClaim(takes, fraction, None, ctx, False, f"{head}; its floor is unknown ({unknown})")
+    reserved = VLLM_RESERVED if load.engine == "vllm" else 0  # SGLang's is outside its share
+    floor_total = need.total + reserved
+    floor = (f"weights {need.weights / GIB:.2f} + KV at {ctx} tokens {need.kv / GIB:.2f}"
+             + (f" + reserved {reserved / GIB:.2f}" if reserved else "") + f" = {floor_total / GIB:.2f} GiB per rank")
+    if not takes or floor_total <= share.static:
+        return EngineClaim(takes, fraction, need, ctx, False, f"{head}; its floor: {floor}")
+    smallest = min(sizes)
+    within = (f"{fraction:g} of {smallest / GIB:.2f} GiB is {share.static / GIB:.2f} GiB" if fraction
+              else f"{smallest / GIB:.2f} GiB")
+    room = share.static - need.weights - reserved
+    fits = int(room / need.kv_bytes_per_token) // 16 * 16 if need.kv_bytes_per_token else 0
+    if load.ctx_auto and fits > 0:
+        return EngineClaim(takes, fraction, need, ctx, False,
+                           f"{head}; with --max-model-len auto it starts at the longest context that fits, about "
+                           f"{fits} tokens ({within}; at its own {ctx}: {floor})")
+    return EngineClaim(takes, fraction, need, ctx, True,
+                       f"{head}, short of its floor ({floor}; {within}): it will not start; raise the share, lower "
+                       "the context or add ranks")

@@ -173,7 +173,7 @@ class EngineLoad:
     kv_bytes: float | None = None
     """Bytes per K or V element of that dtype; None = the model's dtype (`kv_element_bytes`)."""
     fraction: float | None = None
-    """The share given on the command line (--gpu-memory-utilization, --mem-fraction-static); None = the engine's default."""
+    """The share on the command line (--gpu-memory-utilization, --mem-fraction-static); None: the engine's default."""
     kv_cache_bytes: int | None = None
     """vLLM's --kv-cache-memory-bytes: the KV cache's size on each GPU, whatever the share."""
 
@@ -190,20 +190,8 @@ class EngineLoad:
 def engine_of(argv: Sequence[str]) -> str | None:
     """"vllm" or "sglang" for a command line that runs one (its program, a `python -m` module, a
     container image, or `swaplab sim --engine` standing in for it), else None."""
-    # swaplab.engines looks only at a command's first words, and an entry's command often opens
-    # with `env` and its assignments (the seed's SGLang entry has six): ask again without them.
-    engine = command_engine(argv) or command_engine(_without_env(argv))
+    engine = command_engine(argv)
     return engine if engine in ENGINES else None
-
-
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-
-
-def _without_env(argv: Sequence[str]) -> list[str]:
-    words = list(argv)
-    while words and (os.path.basename(words[0]) == "env" or _ASSIGNMENT.match(words[0])):
-        words.pop(0)
-    return words
 
 
 def engine_load(argv: Sequence[str]) -> EngineLoad:
@@ -223,6 +211,7 @@ def engine_load(argv: Sequence[str]) -> EngineLoad:
     ctx = context_value(engine, context) if context is not None else 0
     dtype = flag_value(words, memory.kv_cache_dtype_flags) or "auto"
     kv_cache_bytes = flag_value(words, memory.kv_cache_bytes_flags)
+    kv_flag = memory.kv_cache_bytes_flags[0] if memory.kv_cache_bytes_flags else ""
     return EngineLoad(
         engine, model,
         tensor_parallel=_whole(words, memory.tensor_parallel_flags),
@@ -233,7 +222,7 @@ def engine_load(argv: Sequence[str]) -> EngineLoad:
         kv_cache_dtype=dtype,
         kv_bytes=kv_dtype_bytes(engine, dtype),
         fraction=_fraction(words, memory.utilization.flags if memory.utilization else ()),
-        kv_cache_bytes=None if kv_cache_bytes is None else human_int(engine, kv_cache_bytes, memory.kv_cache_bytes_flags[0]),
+        kv_cache_bytes=None if kv_cache_bytes is None else human_int(engine, kv_cache_bytes, kv_flag),
     )
 
 
