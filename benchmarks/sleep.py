@@ -45,6 +45,8 @@ from soak import (  # beside this script
     scan_backends,
 )
 
+from swaplab.sim.personality import sleep_ready
+
 PYTHON = sys.executable
 ENGINES = {"a": "vllm", "b": "sglang"}  # one model per sleep API the sim serves
 HOST_MEMORY_GIB = 1
@@ -93,9 +95,14 @@ def render_config(marker: str, run: str, start_port: int, cold: float, wake: flo
     lines = [f"startPort: {start_port}", f"hostMemory:\n  budgetGiB: {BUDGET_GIB}", "models:"]
     for model, engine in ENGINES.items():
         # `--model MARKER...` makes every backend findable by its command line, so none outlives the run.
+        # Started as each engine must be to sleep (its contract's flags and environment), serving the model's id.
+        flags, env = sleep_ready(engine)
         argv = [PYTHON, "-m", "swaplab", "sim", "--port", "${PORT}", "--model", f"{marker}{run}-{model}",
-                "--load-seconds", f"{cold:g}", "--engine", engine, "--wake-seconds", f"{wake:g}"]
+                "--served-model-name", model, "--load-seconds", f"{cold:g}", "--engine", engine,
+                "--wake-seconds", f"{wake:g}", *flags]
         lines += [f"  {model}:", f"    cmd: {shlex.join(argv)}"]
+        if env:
+            lines.append(f"    env: [{', '.join(f'{name}={value}' for name, value in env.items())}]")
         if run == "sleep":
             level = "level: 1, " if engine == "vllm" else ""
             lines.append(f"    sleep: {{engine: {engine}, {level}hostMemoryGiB: {HOST_MEMORY_GIB}}}")

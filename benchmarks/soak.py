@@ -44,6 +44,8 @@ from pathlib import Path
 
 import aiohttp
 
+from swaplab.sim.personality import sleep_ready
+
 PYTHON = sys.executable
 
 # The kinds of fault the summary reports, in its order; the test requires each at least once.
@@ -107,7 +109,9 @@ class ModelSpec:
         if self.crash_after_tokens:
             argv += ["--crash-after-tokens", str(self.crash_after_tokens)]
         if self.sleep:
-            argv += ["--engine", self.sleep, "--sleep-seconds", "0.05", "--wake-seconds", f"{SLEEP_WAKE_SECONDS:g}"]
+            # Started as the engine must be to sleep (its contract's flags), serving the model's id.
+            argv += ["--engine", self.sleep, "--served-model-name", self.id, *sleep_ready(self.sleep)[0],
+                     "--sleep-seconds", "0.05", "--wake-seconds", f"{SLEEP_WAKE_SECONDS:g}"]
         return argv
 
 
@@ -181,6 +185,9 @@ def render_config(specs: Iterable[ModelSpec], start_port: int, marker: str, gene
             lines.append(f"    checkEndpoint: {spec.check_endpoint}")
         if spec.sleep:
             lines.append(f"    sleep: {{engine: {spec.sleep}, hostMemoryGiB: {SLEEP_HOST_GIB}, timeout: 10}}")
+            env = sleep_ready(spec.sleep)[1]
+            if env:
+                lines.append(f"    env: [{', '.join(f'{name}={value}' for name, value in env.items())}]")
     lines.append("groups:")
     for name, flags in GROUPS.items():
         members = [spec.id for spec in specs if spec.group == name]

@@ -19,18 +19,17 @@ import pytest
 from procs import SIM, alive, eventually, wait_until
 from routerclient import chat, running, sim_stats, wait_for_state
 
-
-# What each engine needs to free its memory on a sleep and get it back (the contracts' `sleep.requires`).
-SLEEP_FLAGS = {"vllm": ("--enable-sleep-mode",), "sglang": ("--enable-memory-saver", "--enable-weights-cpu-backup")}
-SLEEP_ENV = {"vllm": "\n    env: [VLLM_SERVER_DEV_MODE=1]"}
+from swaplab.sim.personality import sleep_ready
 
 
 def sleepy(model: str, engine: str, *flags: str, host_gib: float = 1, timeout: float = 10, extra: str = "") -> str:
-    """A model entry whose sim is `engine`, started as that engine must be to sleep."""
-    sim_flags = " ".join(("--engine", engine, *SLEEP_FLAGS.get(engine, ()), *flags))
+    """A model entry whose sim is `engine`, started as that engine must be to sleep (its contract's flags and env)."""
+    needed, env = sleep_ready(engine)
+    sim_flags = " ".join(("--engine", engine, *needed, *flags))
+    env_line = f"\n    env: [{', '.join(f'{name}={value}' for name, value in env.items())}]" if env else ""
     return f"""
   {model}:
-    cmd: {SIM} --port ${{PORT}} --model {model} {sim_flags}{SLEEP_ENV.get(engine, "")}
+    cmd: {SIM} --port ${{PORT}} --model {model} {sim_flags}{env_line}
     sleep:
       engine: {engine}
       hostMemoryGiB: {host_gib}

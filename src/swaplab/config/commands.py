@@ -179,4 +179,6 @@ def model_document(model: ModelConfig) -> dict[str, Any]:
     if model.cmd_stop is not None:
         document["cmd_stop"] = list(redact_argv(model.cmd_stop))
     document["env"] = [list(entry) for entry in redact_env(model.env)]
+    if model.api_key:
+        document["api_key"] = REDACTED
     return document

@@ -10,6 +10,7 @@ cannot (an alias that will be refused).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -43,13 +44,14 @@ def check_engines(
             name = contract(model.sleep.engine).name
             findings.warn(lines.get("sleep", model.line),
                           f"models.{model.id}.sleep: its cmd does not show {name} (a wrapper script?), so its sleep "
-                          f"flags cannot be checked here: each sleep is believed only once {name} says it freed memory")
+                          f"flags cannot be checked here: a sleep is believed only where {name}'s own report or NVML "
+                          "shows memory freed (docs/sleep.md)")
         if model.sleep is not None and engine == "tabby" and not engine_key(model)[0]:
             tabby = contract("tabby")
             findings.fault(
                 lines.get("sleep", model.line),
                 f"models.{model.id}.sleep: {tabby.name} refuses its load and unload calls without its admin key "
-                f"({tabby.auth.refused.status if tabby.auth.refused else 401}; {tabby.auth.origin}): give the entry "
+                f"({_refusal(tabby)}): give the entry "
                 "`apiKey:` (the admin_key of its api_tokens.yml, e.g. `${env.TABBY_ADMIN_KEY}`)",
             )
 
@@ -143,16 +145,21 @@ def engine_key(model: ModelConfig) -> tuple[str, str]:
     """The keys the router's own calls to the model's server carry: (its API key, its admin key), each
     "" when none. The entry's `apiKey` wins; else the engine's own flags and environment (`--api-key`,
     `VLLM_API_KEY`, SGLang's `--admin-api-key`)."""
-    engine = engine_of(model.cmd)
+    return _engine_key(model.cmd, model.api_key, model.env)
+
+
+@functools.lru_cache(maxsize=256)  # asked on every request to a model: read its command once
+def _engine_key(cmd: tuple[str, ...], api_key: str, entry_env: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    engine = engine_of(cmd)
     if engine is None:
-        return model.api_key, ""
+        return api_key, ""
     auth = contract(engine).auth
     # `--api-key a,b` (llama.cpp) and `--api-key a b` (vLLM) take several: the first serves.
-    key = model.api_key or (flag_value(model.cmd, auth.flags) or "").split(",")[0]
+    key = api_key or (flag_value(cmd, auth.flags) or "").split(",")[0]
     if not key:
-        env = command_env(model.cmd, model.env)
+        env = command_env(cmd, entry_env)
         key = next((env[name] for name in auth.env if env.get(name)), "")
-    admin = flag_value(model.cmd, auth.admin.flags) if auth.admin is not None else None
+    admin = flag_value(cmd, auth.admin.flags) if auth.admin is not None else None
     return key, admin or ""
 
 
@@ -171,6 +178,8 @@ def call_headers(model: ModelConfig, path: str) -> dict[str, str]:
     """The credentials for the router's own call to `path` on the model's server (readiness, `/slots`,
     sleep and wake), sent as the engine reads them; {} when its server has no key."""
     key, admin = engine_key(model)
+    if not key and not admin:
+        return {}
     engine = engine_of(model.cmd)
     auth = contract(engine).auth if engine is not None else None
     route = path.split("?", 1)[0]
@@ -179,3 +188,10 @@ def call_headers(model: ModelConfig, path: str) -> dict[str, str]:
     if not key:
         return {}
     return auth.headers(key) if auth is not None else {"Authorization": f"Bearer {key}"}
+
+
+def _refusal(facts: Contract) -> str:
+    """How the engine refuses an admin call without its key: status and origin."""
+    refused = facts.auth.admin.refused if facts.auth.admin is not None else None
+    refused = refused or facts.auth.refused
+    return f"{refused.status}; {refused.origin}" if refused is not None else "401"

@@ -32,7 +32,8 @@ def engine_of(argv: Sequence[str]) -> EngineName | None:
             # `vllm serve`, `python -m vllm.entrypoints...`, `sglang.launch_server`, images
             # `vllm/vllm-openai:latest` and `lmsysorg/sglang:latest`.
             # A bare word or the program itself, an image with its tag: a model folder named `vllm` is neither.
-            named = name == engine and (index == 0 or "/" not in word or ":" in word)
+            image = ":" in word or ("run" in argv[:index] and not word.startswith(("/", ".", "~")))  # docker run IMAGE
+            named = name == engine and (index == 0 or "/" not in word or image)
             if named or word.startswith(f"{engine}.") or name == f"{engine}-openai":
                 return engine
         if name == "llama-server":  # behind env, docker run ...

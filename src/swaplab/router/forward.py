@@ -28,7 +28,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from swaplab.config.model import Config, Filters
+from swaplab.config.model import Config, Filters, ModelConfig
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, State
 from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity
@@ -46,6 +46,7 @@ from swaplab.router.keepalive import (
 from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
 from swaplab.router.loading import loading_event, progress_text, wants_loading_state
 from swaplab.router.observe import RequestObservation
+from swaplab.config.engines import call_headers
 from swaplab.router.peers import PeerWatch, peer_credentials
 from swaplab.router.profiles import ProfileSwitch, upstream_pin
 from swaplab.router.proxy import (
@@ -303,7 +304,7 @@ class Forwarder:
                 try:
                     upstream = await self._pools.open(
                         request.method, model.proxy.rstrip("/") + sent_path, model.timeouts,
-                        self._upstream_headers(request, None), sent,
+                        self._upstream_headers(request, backend_credentials(model, sent_path)), sent,
                     )
                 except UpstreamError as error:
                     if not error.unreachable:
@@ -449,7 +450,7 @@ class Forwarder:
         try:
             response, completed = await relay_websocket(
                 request, self._upstream_session(model.proxy, model.timeouts), model.proxy.rstrip("/") + path,
-                self._upstream_headers(request, None), observation,
+                self._upstream_headers(request, backend_credentials(model, path)), observation,
                 self.config.security.limits.max_websocket_message_bytes,
             )
             if lease is not None:
@@ -472,12 +473,21 @@ class Forwarder:
         return response
 
     def _upstream_headers(self, request: web.Request, credentials: dict[str, str] | None) -> CIMultiDict[str]:
-        """The headers sent upstream: the client's, less hop-by-hop ones, plus a peer's `credentials`."""
-        headers = forward_headers(request.headers, credentials)
-        if self.config.api_keys and not credentials:
+        """The headers sent upstream: the client's, less hop-by-hop ones, plus a peer's or a backend's
+        own `credentials` (which replace the client's)."""
+        headers = forward_headers(request.headers)
+        if self.config.api_keys or credentials:
             for name in CREDENTIAL_HEADERS:  # the router's key is the router's, not the upstream's
                 headers.pop(name, None)
+        if credentials:
+            headers.update(credentials)
         return headers
+
+
+def backend_credentials(model: ModelConfig, path: str) -> dict[str, str] | None:
+    """A local server started with its own key (the entry's `apiKey`, or its `--api-key`) is sent that
+    key, as a peer is sent its `apiKey`: a client of the router needs none of the backend's."""
+    return call_headers(model, path) or None
 
 
 async def _failed(

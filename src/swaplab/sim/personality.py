@@ -209,3 +209,13 @@ def _fill(body: Any, **values: str) -> Any:
     if isinstance(body, list):
         return [_fill(value, **values) for value in body]
     return body
+
+
+def sleep_ready(engine: str) -> tuple[list[str], dict[str, str]]:
+    """The flags and environment an engine must be started with for its sleep to free memory and give
+    it back (its contract's `sleep.requires` and `weights_back_requires`): for configs of sims that sleep."""
+    sleep = contract(engine).sleep
+    if sleep is None:
+        return [], {}
+    back = sleep.weights_back_requires.flags if sleep.weights_back_requires is not None else ()
+    return [*sleep.requires.flags, *back], dict(sleep.requires.env)
