@@ -168,5 +168,6 @@ async def test_a_loglikelihood_task_on_llama_cpp_says_why_it_cannot_run(default_
         await execute(run_settings(default_router, tmp_path, tasks=[str(LOGLIKELIHOOD)], lmeval_api="completions"))
     message = str(refused.value)
     assert "arithmetic_2da_local score answers by log-likelihood" in message
-    assert "GET /tokenizer_info answered 404" in message and "echo" in message and "vLLM and SGLang" in message
+    assert "GET /tokenizer_info answered 404" in message and "echo" in message
+    assert "vLLM serves both when started with --enable-tokenizer-info-endpoint" in message
     assert get_run(str(tmp_path / "grill.db"), 1) is None  # nothing stored
