@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from swaplab.engines.contract import ENGINES, EngineName
 
@@ -63,16 +63,21 @@ def _sim_engine(argv: Sequence[str]) -> EngineName | None:
     return value if value in ENGINES else None  # type: ignore[return-value]
 
 
+def _occurrences(argv: Sequence[str], spellings: Iterable[str]) -> Iterator[tuple[int, str | None]]:
+    """Where one of `spellings` stands in argv, with its `=value` when written so (else None)."""
+    names = set(spellings)
+    for index, word in enumerate(argv):
+        flag, equals, inline = word.partition("=")
+        if flag in names:
+            yield index, inline if equals else None
+
+
 def flag_value(argv: Sequence[str], spellings: Iterable[str]) -> str | None:
     """The value of the last of `spellings` in argv (`--flag value` or `--flag=value`), or None."""
-    names = set(spellings)
-    found: str | None = None
     words = list(argv)
-    for index, word in enumerate(words):
-        flag, equals, inline = word.partition("=")
-        if flag not in names:
-            continue
-        if equals:
+    found: str | None = None
+    for index, inline in _occurrences(words, spellings):
+        if inline is not None:
             found = inline
         elif index + 1 < len(words):
             found = words[index + 1]
@@ -82,14 +87,10 @@ def flag_value(argv: Sequence[str], spellings: Iterable[str]) -> str | None:
 def flag_values(argv: Sequence[str], spellings: Iterable[str]) -> list[str]:
     """Every value given to `spellings`, with the words after a flag up to the next `-` word
     (argparse's `nargs='+'`: `--served-model-name a b`)."""
-    names = set(spellings)
-    values: list[str] = []
     words = list(argv)
-    for index, word in enumerate(words):
-        flag, equals, inline = word.partition("=")
-        if flag not in names:
-            continue
-        if equals:
+    values: list[str] = []
+    for index, inline in _occurrences(words, spellings):
+        if inline is not None:
             values.append(inline)
             continue
         for following in words[index + 1:]:

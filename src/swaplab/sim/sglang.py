@@ -10,12 +10,13 @@ weights come back as garbage that still generates. Nothing refuses a request mea
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from swaplab.sim.request import BadRequest, json_body
-from swaplab.sim.sleep import KV_CACHE, WEIGHTS, Sleeper, die, error
+from swaplab.sim.sleep import KV_CACHE, WEIGHTS, Operation, Sleeper, die, error
 
 CUDA_GRAPH = "cuda_graph"
 SGLANG_TAGS = (KV_CACHE, WEIGHTS, CUDA_GRAPH)
@@ -73,51 +74,50 @@ class SglangSleeper(Sleeper):
         return web.json_response(None)
 
     async def _sglang_release(self, request: web.Request) -> web.Response:
-        try:
-            tags = sglang_tags(await json_body(request))
-        except BadRequest as bad:
-            return error(400, str(bad))
-
-        async def perform() -> None:
-            async with self.turn:
-                # An idle scheduler, or one paused with its requests aborted or retracted
-                # (weight_updater.py:339-341): anything else is an assertion that kills the server.
-                if self.workload.busy() and self.pause_mode not in ("abort", "retract"):
-                    self.counts.sleeps_while_busy += 1
-                    die("Scheduler hit an exception: AssertionError: "
-                         "release_memory_occupation should be called only when server is idle.")
-                if KV_CACHE in tags:
-                    self.report("Cache flushed")
-                self.asleep |= tags
-                self.level = 1
-                await asyncio.sleep(self.settings.sleep_seconds)
-                if self.frees():  # the weights and the KV cache hold half each
-                    self.gpu_gib = self.settings.memory_gib * (1 - len({WEIGHTS, KV_CACHE} & self.asleep) / 2)
-                self.counts.sleeps += 1
-
-        return await self.call("sleep", perform)
+        return await self._tagged(request, "sleep", self._release)
 
     async def _sglang_resume(self, request: web.Request) -> web.Response:
+        return await self._tagged(request, "wake", self._resume)
+
+    async def _tagged(
+        self, request: web.Request, operation: Operation, perform: Callable[[frozenset[str]], Awaitable[None]]
+    ) -> web.Response:
+        """A release or resume: its tags read from the body (400 when they cannot be), then `perform`."""
         try:
             tags = sglang_tags(await json_body(request))
         except BadRequest as bad:
             return error(400, str(bad))
+        return await self.call(operation, lambda: perform(tags))
 
-        async def perform() -> None:
-            async with self.turn:
-                for tag in sorted(tags):
-                    if tag not in self.asleep:  # offload_tags.remove(tag): a KeyError that kills the server
-                        die(f"Scheduler hit an exception: KeyError: {tag!r}")
-                await asyncio.sleep(self.settings.wake_seconds)
-                backup = self.facts.sleep is not None and self.facts.sleep.weights_back_requires is not None and all(
-                    flag in self.settings.switches for flag in self.facts.sleep.weights_back_requires.flags)
-                if WEIGHTS in tags and self.frees() and not backup:
-                    self.weights_garbage = True  # nothing kept them: the memory comes back, not the weights
-                self.asleep -= tags
-                self.gpu_gib = self.settings.memory_gib if not self.asleep else self.gpu_gib
-                if not self.asleep:
-                    self.level = None
-                self.counts.wakes += 1
+    async def _release(self, tags: frozenset[str]) -> None:
+        async with self.turn:
+            # An idle scheduler, or one paused with its requests aborted or retracted
+            # (weight_updater.py:339-341): anything else is an assertion that kills the server.
+            if self.workload.busy() and self.pause_mode not in ("abort", "retract"):
+                self.counts.sleeps_while_busy += 1
+                die("Scheduler hit an exception: AssertionError: "
+                    "release_memory_occupation should be called only when server is idle.")
+            if KV_CACHE in tags:
+                self.report("Cache flushed")
+            self.asleep |= tags
+            self.level = 1
+            await asyncio.sleep(self.settings.sleep_seconds)
+            if self.frees():  # the weights and the KV cache hold half each
+                self.gpu_gib = self.settings.memory_gib * (1 - len({WEIGHTS, KV_CACHE} & self.asleep) / 2)
+            self.counts.sleeps += 1
 
-        return await self.call("wake", perform)
-
+    async def _resume(self, tags: frozenset[str]) -> None:
+        async with self.turn:
+            for tag in sorted(tags):
+                if tag not in self.asleep:  # offload_tags.remove(tag): a KeyError that kills the server
+                    die(f"Scheduler hit an exception: KeyError: {tag!r}")
+            await asyncio.sleep(self.settings.wake_seconds)
+            back = self.facts.sleep.weights_back_requires if self.facts.sleep is not None else None
+            backup = back is not None and all(flag in self.settings.switches for flag in back.flags)
+            if WEIGHTS in tags and self.frees() and not backup:
+                self.weights_garbage = True  # nothing kept them: the memory comes back, not the weights
+            self.asleep -= tags
+            if not self.asleep:
+                self.gpu_gib = self.settings.memory_gib
+                self.level = None
+            self.counts.wakes += 1
