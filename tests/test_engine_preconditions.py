@@ -160,8 +160,11 @@ def test_what_the_engines_serve_loads_clean():
           wrapped:
             cmd: /usr/local/bin/serve-qwen.sh --port ${PORT}
             sleep: {engine: vllm}
+          open-tabby:
+            cmd: python /opt/tabbyAPI/main.py --port ${PORT} --disable-auth true
+            sleep: {engine: http, sleepRequests: [POST /v1/model/unload], wakeRequests: [POST /v1/model/load]}
     """)
-    assert set(config.models) == {"qwen", "renamed", "glm", "wrapped"}
+    assert set(config.models) == {"qwen", "renamed", "glm", "wrapped", "open-tabby"}
     assert any("models.wrapped.sleep: its cmd does not show vLLM" in warning for warning in config.warnings)
 
 

@@ -33,26 +33,36 @@ def check_engines(
         engine = engine_of(model.cmd)
         lines = _key_lines(model_entries.get(model.id))
         if engine is not None:
-            facts = contract(engine)
-            _served_name(findings, model, facts, lines)
-            if model.sleep is not None and model.sleep.engine == engine:
-                _sleep_flags(findings, model, facts, lines, environ)
-        if model.sleep is not None and model.sleep.engine in ("vllm", "sglang") and engine not in (None, model.sleep.engine):
-            findings.fault(lines.get("sleep", model.line),
-                           f"models.{model.id}.sleep: engine {model.sleep.engine} but its cmd runs {contract(engine).name}")
-        elif model.sleep is not None and model.sleep.engine in ("vllm", "sglang") and engine is None and model.cmd:
-            name = contract(model.sleep.engine).name
-            findings.warn(lines.get("sleep", model.line),
-                          f"models.{model.id}.sleep: its cmd does not show {name} (a wrapper script?), so its sleep "
-                          f"flags cannot be checked here: a sleep is believed only where {name}'s own report or NVML "
-                          "shows memory freed (docs/sleep.md)")
-        if model.sleep is not None and engine == "tabby" and not engine_key(model)[0]:
-            tabby = contract("tabby")
+            _served_name(findings, model, contract(engine), lines)
+        if model.sleep is not None:
+            _sleep_engine(findings, model, engine, lines, environ)
+
+
+def _sleep_engine(
+    findings: Findings, model: ModelConfig, engine: str | None, lines: dict[str, int], environ: Mapping[str, str]
+) -> None:
+    """A `sleep:` held to the engine its cmd runs: the same engine, its sleep flags and env, its keys."""
+    assert model.sleep is not None
+    line = lines.get("sleep", model.line)
+    declared = model.sleep.engine
+    if engine is not None and declared == engine:
+        _sleep_flags(findings, model, contract(engine), lines, environ)
+    elif declared in ("vllm", "sglang") and engine is not None:
+        findings.fault(line, f"models.{model.id}.sleep: engine {declared} but its cmd runs {contract(engine).name}")
+    elif declared in ("vllm", "sglang") and model.cmd:
+        name = contract(declared).name
+        findings.warn(line, f"models.{model.id}.sleep: its cmd does not show {name} (a wrapper script?), so its sleep "
+                            f"flags cannot be checked here: a sleep is believed only where {name}'s own report or NVML "
+                            "shows memory freed (docs/sleep.md)")
+    if engine == "tabby" and not engine_key(model)[0]:
+        tabby = contract("tabby")
+        disabled = flag_value(model.cmd, getattr(tabby.auth, "disable_flags", None) or ())
+        if (disabled or "").lower() not in ("true", "1"):
             findings.fault(
-                lines.get("sleep", model.line),
+                line,
                 f"models.{model.id}.sleep: {tabby.name} refuses its load and unload calls without its admin key "
-                f"({_refusal(tabby)}): give the entry "
-                "`apiKey:` (the admin_key of its api_tokens.yml, e.g. `${env.TABBY_ADMIN_KEY}`)",
+                f"({_refusal(tabby)}): give the entry `apiKey:` (the admin_key of its api_tokens.yml, e.g. "
+                "`${env.TABBY_ADMIN_KEY}`), or start it with --disable-auth true",
             )
 
 
