@@ -62,6 +62,10 @@ class Auth(_Facts):
     also: tuple[str, ...] = ()
     protected: str = ""
     unprotected: tuple[str, ...] = ()
+    guarded_prefixes: tuple[str, ...] = ()
+    """Where set, only paths with one of these prefixes need the key (vLLM's GUARDED_PREFIX)."""
+    open_prefixes: tuple[str, ...] = ()
+    """Paths with one of these prefixes never need the key (SGLang's prefix match), beside `unprotected`."""
     refused: Refusal | None = None
     admin: Admin | None = None
     origin: str = ""

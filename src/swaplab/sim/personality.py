@@ -172,16 +172,14 @@ class Personality:
 
     def _allowed(self, request: web.Request) -> bool:
         path = request.path
-        engine = self.facts.engine
-        if engine == "sglang" and path.startswith(("/health", "/ready", "/metrics")):
+        auth = self.facts.auth
+        if path in auth.unprotected or (auth.open_prefixes and path.startswith(auth.open_prefixes)):
             return True
-        if engine != "sglang" and path in self.facts.auth.unprotected:
+        if auth.guarded_prefixes and not path.startswith(auth.guarded_prefixes):
             return True
-        if engine == "vllm" and not path.startswith(("/v1", "/v2", "/inference", "/cohere")):
-            return True
-        admin_routes = self.facts.auth.admin.routes if self.facts.auth.admin is not None else ()
+        admin_routes = auth.admin.routes if auth.admin is not None else ()
         sent = _bearer(request.headers.get("Authorization", ""))
-        if engine == "tabby":
+        if self.facts.engine == "tabby":
             if path in admin_routes:
                 return request.headers.get("x-admin-key", sent) == self.keys.admin
             offered = request.headers.get("x-api-key", sent)
