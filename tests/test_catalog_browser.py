@@ -33,6 +33,7 @@ models:
     aliases: [glm-4.7-flash-awq]
     # fp8 KV, 163840 context: the driver for agent clients.
     cmd: vllm serve QuantTrio/GLM-4.7-Flash-AWQ --port ${PORT} --tensor-parallel-size 2
+      --served-model-name glm-flash-awq glm-4.7-flash-awq
     devices: [0, 1]
     vramGiB: 14.5
   qwen3-coder:
@@ -42,7 +43,7 @@ models:
     vramGiB: 15
   gemma-awq:
     name: Gemma 3 27B AWQ
-    cmd: vllm serve gemma-3-27b-awq --port ${PORT}
+    cmd: vllm serve gemma-3-27b-awq --port ${PORT} --served-model-name gemma-awq
     devices: [0]
 """
 
