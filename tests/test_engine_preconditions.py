@@ -27,6 +27,7 @@ from routerclient import running
 
 from swaplab.config.engines import call_headers, engine_key
 from swaplab.engines import engine_of, flag_value, flag_values, has_flag
+from swaplab.memory.flags import engine_load
 
 DOCS = Path(__file__).parent.parent / "docs"
 SIM_SWITCHES = ("--enable-sleep-mode", "--enable-tokenizer-info-endpoint", "--enable-memory-saver",
@@ -45,12 +46,8 @@ def as_sim(cmd: str, folder: Path) -> str:
     argv = shlex.split(cmd.replace("${PORT}", "PORTWORD"))
     engine = engine_of(argv)
     assert engine is not None, cmd
-    if engine == "vllm":
-        model = flag_value(argv, ("--model",)) or argv[argv.index("serve") + 1]
-    elif engine == "sglang":
-        model = flag_value(argv, ("--model-path", "--model"))
-    else:
-        model = flag_value(argv, ("--model-name",))
+    # The model vLLM or SGLang serves, read as the memory claims read it; TabbyAPI's is --model-name.
+    model = engine_load(argv).model if engine in ("vllm", "sglang") else flag_value(argv, ("--model-name",))
     flags = [f"--served-model-name {shlex.join(names)}"
              for names in [flag_values(argv, ("--served-model-name",))] if names and engine != "tabby"]
     flags += [switch for switch in SIM_SWITCHES if has_flag(argv, (switch,))]
