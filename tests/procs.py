@@ -146,8 +146,8 @@ class Router(SwaplabProcess):
         self, config: Path | None, workdir: Path, *extra: str, port: int | None = None, env: dict[str, str] | None = None,
         cwd: Path | None = None,
     ):
-        # The built-in default gives its backends this port + 1 and + 2: keep all three free.
-        self.port = port or (free_port_block(3) if config is None else free_port())
+        # The built-in default gives its three backends this port + 1, + 2 and + 3: keep all four free.
+        self.port = port or (free_port_block(4) if config is None else free_port())
         self.url = f"http://127.0.0.1:{self.port}"
         self.state_dir = workdir / "state"
         self.db = workdir / "swaplab.db"

@@ -116,8 +116,8 @@ def test_bad_input_is_one_line_exit_2_and_no_run(router, db, case):
     args = ["throughput", "--model", "smollm2", "--input-tokens", "64", "--output-tokens", "8", "--concurrency", "1"]
     expected = {
         "unreachable": "cannot reach",
-        "unknown-model": "available models: smollm2, smollm2-135m, gemma3-270m",
-        "beyond-context": "beyond smollm2's context of 2048 tokens",
+        "unknown-model": "available models: smollm2, smollm2-135m, gemma3-270m, smollm2-embed",
+        "beyond-context": "beyond smollm2's context of 8192 tokens",
         "too-short-for-the-template": "chat template",
     }[case]
     if case == "unreachable":
@@ -125,7 +125,7 @@ def test_bad_input_is_one_line_exit_2_and_no_run(router, db, case):
     elif case == "unknown-model":
         args[2] = "no-such-model"
     elif case == "beyond-context":
-        args[4] = "4000"
+        args[4] = "9000"
     else:
         args[4] = "8"
     done = run_swaplab("bench", *args, "--url", url, "--db", str(db))

@@ -270,6 +270,7 @@ def test_a_build_on_the_built_in_default_leaves_the_bench_selftest_sim_out(tmp_p
     (notes / "smollm2.md").write_text("SmolLM2 is small and confidently wrong.\n")
     result = swaplab("site", "build", "--db", str(db), "--notes", str(notes), "--out", str(tmp_path / "site"))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"Wrote 6 files to {tmp_path / 'site'}: 2 model pages, 1 note page. Open ")
-    assert sorted(path.name for path in (tmp_path / "site" / "models").iterdir()) == ["gemma3-270m.html", "smollm2.html"]
+    assert result.stdout.startswith(f"Wrote 7 files to {tmp_path / 'site'}: 3 model pages, 1 note page. Open ")
+    pages = sorted(path.name for path in (tmp_path / "site" / "models").iterdir())
+    assert pages == ["gemma3-270m.html", "smollm2-embed.html", "smollm2.html"]
     assert "selftest" not in (tmp_path / "site" / "index.html").read_text()

@@ -154,7 +154,7 @@ def test_check_reports_a_missing_file_and_a_yaml_error(tmp_path):
     result = run_cli("config", "check", str(broken))
     assert result.returncode == 2
     [line] = result.stdout.splitlines()
-    assert line.startswith(f"{broken}:4: invalid YAML")
+    assert line.startswith(f"{broken}:3: invalid YAML: the list opened with '[' at column 10 is never closed")
 
 
 def test_show_model_by_alias_prints_argv_json():
@@ -715,8 +715,13 @@ def test_show_and_check_read_the_built_in_default_when_no_file_is_given():
     shown = run_cli("config", "show")
     assert shown.returncode == 0, shown.stderr
     document = json.loads(shown.stdout)
-    assert document["path"] == "<built-in default>" and sorted(document["models"]) == ["gemma3-270m", "smollm2"]
+    assert document["path"] == "<built-in default>"
+    assert sorted(document["models"]) == ["gemma3-270m", "smollm2", "smollm2-embed"]
     assert document["models"]["smollm2"]["capabilities"]["input"] == ["text"]
+    # The embedding entry runs beside the chat models: its group neither swaps them out nor is swapped out.
+    assert document["groups"]["embeddings"] == {
+        "id": "embeddings", "swap": False, "exclusive": False, "persistent": True, "members": ["smollm2-embed"],
+    }
     assert run_cli("config", "check").returncode == 0
 
 
@@ -726,7 +731,8 @@ def test_init_writes_the_built_in_default_once_and_says_where(tmp_path):
     assert (written.returncode, written.stderr) == (0, "")
     assert str(target) in written.stdout and f"swaplab serve --config {target}" in written.stdout
     config = load_config(str(target))  # a config like any other: it loads, and is the default's
-    assert sorted(config.models) == ["gemma3-270m", "smollm2"] and config.models["smollm2"].aliases == ("smollm2-135m",)
+    assert sorted(config.models) == ["gemma3-270m", "smollm2", "smollm2-embed"]
+    assert config.models["smollm2"].aliases == ("smollm2-135m",)
 
     target.write_text("# my edits\n")
     again = run_cli("config", "init", str(target))
@@ -740,6 +746,33 @@ def test_init_writes_the_built_in_default_once_and_says_where(tmp_path):
     assert folder.returncode == 2 and "is a folder" in folder.stderr
     default = subprocess.run([str(SWAPLAB), "config", "init"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert default.returncode == 0 and (tmp_path / "swaplab.yaml").is_file()
+
+
+@pytest.mark.parametrize(("flags", "listen"), [((), 8080), (("--listen", "127.0.0.1:9000"), 9000)])
+def test_show_and_init_give_the_built_in_default_the_ports_serve_gives_it(tmp_path, flags, listen):
+    from swaplab.router.serve import load as serve_load  # what `swaplab serve --listen` runs with no --config
+
+    served = {model_id: model.proxy for model_id, model in serve_load(None, listen).models.items()}
+    ports = sorted(int(proxy.rsplit(":", 1)[1]) for proxy in served.values())
+    assert ports == list(range(listen + 1, listen + 1 + len(served)))  # the ports after the router's
+
+    shown = run_cli("config", "show", *flags)
+    assert shown.returncode == 0, shown.stderr
+    assert {model_id: model["proxy"] for model_id, model in json.loads(shown.stdout)["models"].items()} == served
+    serve_line = "swaplab serve" + (f" --listen 127.0.0.1:{listen}" if flags else "")
+    assert shown.stderr == (
+        f"<built-in default>: backends on ports from {listen + 1} (after the router's {listen}), as `{serve_line}` runs it\n"
+    )
+
+    target = tmp_path / "swaplab.yaml"
+    written = run_cli("config", "init", str(target), *flags)
+    assert written.returncode == 0, written.stderr
+    assert written.stdout == (
+        f"Wrote the built-in default to {target}, its backends on ports from {listen + 1} (after the router's "
+        f"{listen}, as serve gives them); serve it with: swaplab serve --config {target}"
+        + (f" --listen 127.0.0.1:{listen}" if flags else "") + "\n"
+    )
+    assert {model_id: model.proxy for model_id, model in load_config(str(target)).models.items()} == served
 
 
 def test_an_unknown_key_close_to_a_known_one_says_which():

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from configtext import faults_of, load
+from swaplab.config.tree import go_float
 from swaplab.config.model import (
     Capabilities,
     GroupConfig,
@@ -843,3 +844,107 @@ def test_show_prints_the_new_keys_as_json(tmp_path):
         "vars": {"A": "a"}, "evict_costs": {}, "sets": [{"name": "both", "expression": "A & b", "models": ["a", "b"]}]
     }
     assert document["selectors"]["s"]["targets"] == ["a"] and document["profiles"]["p"]["pins"] == {"x": "s"}
+
+
+# -- configs llama-swap accepts ----------------------------------------------------------
+
+
+def test_an_alias_equal_to_its_own_model_id_loads_as_in_llama_swap():
+    # llama-swap's load.go maps the alias to its own model and finds no duplicate; the id names it already.
+    config = load(
+        """\
+        models:
+          qwen: {cmd: "s --port ${PORT}", aliases: [qwen, fast]}
+          gemma: {cmd: "s --port ${PORT}", aliases: [gemma]}
+        """
+    )
+    assert config.models["qwen"].aliases == ("fast",)
+    assert config.models["gemma"].aliases == ()
+    assert (config.resolve_alias("qwen"), config.resolve_alias("fast"), config.resolve_alias("gemma")) == (
+        "qwen", "qwen", "gemma"
+    )
+
+
+def test_the_other_alias_faults_stay():
+    assert faults_of(
+        """\
+        models:
+          a: {cmd: "s --port ${PORT}", aliases: [a, shared]}
+          b: {cmd: "s --port ${PORT}", aliases: [shared, a, twice, twice]}
+        """
+    ) == [
+        (3, "duplicate alias shared found in model: b (already an alias of a)"),
+        (3, "models.b.aliases: 'a' is already a model id"),
+        (3, "models.b.aliases: 'twice' is listed twice"),
+    ]
+
+
+# Go's `%v` of a float64 (strconv.FormatFloat(v, 'g', -1, 64)): shortest digits, exponent form
+# when the exponent is < -4 or >= 6 (ftoa.go's "use precision 6 for this decision"), two
+# exponent digits at least. The outputs follow those rules; 1e+06, 999999.5, 1.234567e+06,
+# 0.0001, 1e-05 and 6.088634523481149e+11 are Go 1.25's, as measured and noted upstream.
+GO_FLOATS = [
+    (1000000.0, "1e+06"),
+    (1e6 + 0.5, "1.0000005e+06"),
+    (999999.0, "999999"),
+    (999999.5, "999999.5"),
+    (1234567.0, "1.234567e+06"),
+    (123456.789, "123456.789"),
+    (100000.0, "100000"),
+    (608863452348.1149, "6.088634523481149e+11"),
+    (0.0001, "0.0001"),
+    (0.00001, "1e-05"),
+    (0.000123, "0.000123"),
+    (1.5e-7, "1.5e-07"),
+    (0.7, "0.7"),
+    (3.14, "3.14"),
+    (1.0, "1"),
+    (-2.5, "-2.5"),
+    (-1e6, "-1e+06"),
+    (1e21, "1e+21"),
+    (1e100, "1e+100"),
+    (5e-324, "5e-324"),
+    (1.7976931348623157e308, "1.7976931348623157e+308"),
+    (0.1 + 0.2, "0.30000000000000004"),
+    (2.0**53, "9.007199254740992e+15"),
+    (0.0, "0"),
+    (-0.0, "-0"),
+    (float("inf"), "+Inf"),
+    (float("-inf"), "-Inf"),
+    (float("nan"), "NaN"),
+]
+
+
+@pytest.mark.parametrize(("value", "go"), GO_FLOATS, ids=[go for _, go in GO_FLOATS])
+def test_a_float_prints_as_gos_percent_v(value, go):
+    assert go_float(value) == go
+
+
+@pytest.mark.parametrize(
+    ("written", "go"),
+    [
+        ("1000000.0", "1e+06"),  # a float macro as users write it for rope-freq-base
+        ("1e6", "1e+06"),
+        ("10000.0", "10000"),
+        ("0.00001", "1e-05"),
+        ("-0.0", "-0"),
+        ("1000000", "1000000"),  # an int stays an int
+        ("0x10", "16"),
+        ("1_000", "1000"),
+        ("9223372036854775807", "9223372036854775807"),  # int64's largest
+        ("18446744073709551615", "18446744073709551615"),  # uint64's largest
+        ("100000000000000000000", "1e+20"),  # past uint64 yaml.v3 decodes a float64
+        ("true", "true"),
+        ("'1000000.0'", "1000000.0"),  # a string is written as it is
+    ],
+)
+def test_a_macro_value_is_written_into_a_string_as_llama_swap_writes_it(written, go):
+    config = load(
+        f"""\
+        macros:
+          value: {written}
+        models:
+          a: {{cmd: "s --port ${{PORT}} --value ${{value}}"}}
+        """
+    )
+    assert config.models["a"].cmd == ("s", "--port", "5800", "--value", go)

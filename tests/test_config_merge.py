@@ -101,8 +101,9 @@ MERGE_RULES: list[tuple[str, dict[str, str], Any, Any]] = [
      ["d/b.yaml:1: a config is a mapping of settings (healthCheckTimeout, models, ...)"]),
     ("every file that is not YAML is reported, each in itself",
      {"a.yaml": "models: [\n", "b.yaml": M1, "c.yaml": "globalTTL: 1\n  bad: indent\n"}, FAULTS,
-     ["d/a.yaml:2: invalid YAML: while parsing a flow node, expected the node content, but found '<stream end>'",
-      "d/c.yaml:2: invalid YAML: mapping values are not allowed here"]),
+     ["d/a.yaml:1: invalid YAML: the list opened with '[' at column 9 is never closed; add the ']' (the file ends inside it)",
+      "d/c.yaml:2: invalid YAML: 'bad:' is indented more than the line above it, so YAML reads it as more of "
+      "that line's value; indent it as the keys beside it"]),
 ]
 
 

@@ -58,6 +58,9 @@ def test_the_contracts_differ_where_the_engines_do():
     assert not sglang.serves("/tokenizer_info") and vllm.serves("/tokenizer_info")
     assert not tabby.serves("/v1/messages") and not tabby.serves("/v1/responses")
     assert "/tokenizer_info" in sglang.absent and "/v1/messages" in tabby.absent
+    ping = llamacpp.stream.ping  # llama.cpp's ":" into a silent stream; the others send nothing before a token
+    assert ping is not None and ping.flags == ("--sse-ping-interval",) and ping.default_seconds == 30
+    assert ORIGIN.search(ping.origin) and vllm.stream.ping is None and sglang.stream.ping is None
 
 
 @pytest.fixture
@@ -96,6 +99,20 @@ async def test_the_sim_serves_the_routes_its_engine_serves_and_no_other(start_si
             assert status == 404, (engine, path, "the contract says it is not there")
         else:
             assert status != 404, (engine, path, "the contract says it is there")
+
+
+@pytest.mark.parametrize("engine", SIM_ENGINES)
+async def test_before_its_first_token_a_stream_gets_the_engines_pings_and_nothing_else(start_sim, session, engine):
+    ping = contract(engine).stream.ping
+    flags = ["--ttft-ms", "300", *(["--disable-auth", "true"] if engine == "tabby" else [])]
+    sim = start_sim("--engine", engine, *flags, *([ping.flags[0], "0.05"] if ping is not None else []))
+    async with session.post(sim.url + "/v1/chat/completions", json={**CHAT, "stream": True}) as response:
+        assert response.status == 200
+        before = (await response.read()).partition(b"data:")[0]
+    if ping is None:
+        assert before == b"", engine
+    else:  # pings every 0.05 s of a 0.3 s wait: some, and only pings
+        assert before and not before.replace(ping.event.encode(), b""), before
 
 
 async def test_a_route_behind_a_flag_appears_with_it(start_sim, session):

@@ -1,7 +1,9 @@
 """Loads you can watch, end to end: a sim that starts like vLLM (its real startup lines,
 tests/fixtures/startup/vllm.log, replayed at a pace) behind a real router. Its stages and
 fractions reach `/api/events` (modelStatus's `progress`), `/running` and sendLoadingState's
-messages as they happen, and the second start's ETA rests on the first one's duration."""
+messages as they happen, and the second start's ETA rests on the first one's duration. A
+load that goes silent still moves on the page (its time, each second) and says when it is
+probably stuck."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import aiohttp
 from procs import SIM
 from routerclient import running
+from swaplab.router.loading import stage_text
 from test_llama_swap_api import EventStream
 
 VLLM_LOG = Path(__file__).parent / "fixtures" / "startup" / "vllm.log"
@@ -93,3 +96,61 @@ async def test_a_vllm_like_start_shows_its_stages_and_the_next_one_an_eta(router
         assert any("earlier load" in text and "left" in text for text in said)
         done = [int(re.search(r"(\d+)% done", text).group(1)) for text in said if "% done" in text]
         assert done and done == sorted(done), said  # the loading state's share only grows
+
+
+async def test_a_silent_load_advances_on_the_page_and_shows_it_is_probably_stuck(router_factory, tmp_path):
+    # One command that starts at once the first time and hangs, silent, the second (as an engine stuck
+    # on a lock or a dead mount would): the first start is the history the second is measured against.
+    pause = tmp_path / "pause"
+    pause.write_text("0")
+    router = router_factory(f"""
+healthCheckTimeout: 300
+models:
+  s:
+    cmd: sh -c 'sleep "$(cat {pause})" && exec {SIM} --port ${{PORT}} --model s'
+""")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/load?model=s") as response:
+            assert response.status == 200
+        async with session.post(f"{router.url}/api/models/unload/s") as response:
+            assert response.status == 200
+        pause.write_text("600")
+        async with session.get(f"{router.url}/api/events") as response:
+            events = EventStream(response)
+            await events.until("modelStatus")
+            async def load_s() -> int:
+                async with session.post(f"{router.url}/load?model=s") as answer:
+                    return answer.status
+
+            load = asyncio.create_task(load_s())
+            seen: list[dict] = []
+
+            def stuck(payload) -> bool:
+                entry = next(entry for entry in payload if entry["id"] == "s")
+                if entry.get("progress"):
+                    seen.append(entry["progress"])
+                return bool(entry.get("progress", {}).get("stuck"))
+
+            try:
+                # At least 10 s of silence past twice the first start's time: the modelStatus the page reads says so.
+                last = await asyncio.wait_for(events.until("modelStatus", stuck), 60)
+                assert (await running(session, router.url))["s"]["progress"]["stuck"]  # and /running, read now
+            finally:
+                async with session.post(f"{router.url}/api/models/unload/s") as unloaded:
+                    assert unloaded.status == 200
+                assert await load == 503  # stopped while starting
+    progress = next(entry for entry in last if entry["id"] == "s")["progress"]
+    assert progress["history"] == 1 and progress["silent_seconds"] >= 10 and progress["stage"] == "starting"
+    # Not one line from the server, yet the time went on: the clock, not the engine, moved these.
+    elapsed = [view["elapsed_seconds"] for view in seen]
+    assert elapsed == sorted(elapsed) and len(set(elapsed)) >= 10, elapsed
+    assert all(view["silent_seconds"] == view["elapsed_seconds"] for view in seen), seen
+    assert not any(view["stuck"] for view in seen[:-1]) and seen[-1]["stuck"]
+
+
+def test_a_stuck_load_says_so_with_or_without_a_usual_time():
+    first = {"stage": "starting", "fraction": None, "percent": None, "elapsed_seconds": 130.0, "silent_seconds": 125.0,
+             "eta_seconds": None, "usual_seconds": None, "history": 0, "stuck": True}
+    assert stage_text(first) == "starting · 130 s · probably stuck: no output for 125 s, on a first load"
+    later = {**first, "usual_seconds": 4.0, "history": 2, "eta_seconds": 0.0, "percent": 100}
+    assert stage_text(later) == "starting · 100% done · 130 s · probably stuck: no output for 125 s, past twice its usual 4 s"

@@ -66,13 +66,33 @@ def test_a_first_load_says_it_has_no_history():
     assert view["stage"] == "starting" and view["elapsed_seconds"] == 12.0
 
 
-def test_a_load_far_past_its_usual_time_with_no_output_is_probably_stuck():
+@pytest.mark.parametrize(("stage", "last_output", "now", "stuck"), [
+    # Past twice the usual 110 s; the CUDA graphs usually take 80 s: silent for more than 160 s is stuck.
+    ("capturing CUDA graphs", 200.0, 225.0, False),
+    ("capturing CUDA graphs", 60.0, 225.0, True),
+    # The weights usually take 25 s: silent for 45 s is not yet stuck, for 55 s it is.
+    ("loading weights", 180.0, 225.0, False),
+    ("loading weights", 170.0, 225.0, True),
+    # A 5 s stage: at least 10 s of silence all the same (a stage's lines may come seconds apart).
+    ("starting", 216.0, 225.0, False),
+    ("starting", 214.0, 225.0, True),
+    ("starting", 100.0, 150.0, False),  # silent 50 s, but not past twice its usual time
+    # A stage the history never saw: measured against the longest usual stage (80 s).
+    ("compiling", 100.0, 250.0, False),
+    ("compiling", 80.0, 250.0, True),
+])
+def test_a_load_far_past_its_usual_time_silent_past_its_stage_is_probably_stuck(stage, last_output, now, stuck):
     watch = watch_with(USUAL)
-    watch.last_output = 200.0
-    assert not watch.view(225.0)["stuck"]  # past twice the usual 110 s, but it spoke 25 s ago
-    assert watch.view(231.0)["stuck"]  # and silent for more than 30 s (a quarter of 110 is less)
-    watch.last_output = 100.0
-    assert not watch.view(150.0)["stuck"]  # silent 50 s but not past twice its usual time
+    watch.stage, watch.last_output = stage, last_output
+    assert watch.view(now)["stuck"] is stuck
+
+
+def test_a_first_load_is_probably_stuck_after_two_minutes_without_output():
+    watch = watch_with([])
+    watch.last_output = 10.0
+    assert not watch.view(129.0)["stuck"]
+    view = watch.view(131.0)
+    assert view["stuck"] and view["silent_seconds"] == 121.0 and view["elapsed_seconds"] == 131.0
 
 
 def test_lines_move_the_stage_and_the_record_times_each_stage():

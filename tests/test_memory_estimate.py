@@ -178,8 +178,8 @@ def test_swaplab_fit_on_the_shipped_model():
     shown = run_swaplab("fit", "smollm2", "--json")
     assert shown.returncode == 0, shown.stderr
     document = json.loads(shown.stdout)
-    expected = estimate(read_gguf(model_path(SMOLLM2)), LoadSettings(ctx=4096, parallel=2))
-    assert document["devices"][0]["kv"] == expected.total("kv") == 4096 * 23040
+    expected = estimate(read_gguf(model_path(SMOLLM2)), LoadSettings(ctx=16384, parallel=2))
+    assert document["devices"][0]["kv"] == expected.total("kv") == 16384 * 23040
     assert document["kv_bytes_per_token"] == 23040 and document["fits"]
     # A device too small for the KV cache: exit 1, the largest term and what would change it.
     short = run_swaplab("fit", str(model_path(SMOLLM2)), "--ctx", "65536", "--devices", "1GiB")

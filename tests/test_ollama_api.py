@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 from datetime import datetime, timezone
+from importlib import metadata
 
 import aiohttp
 import ollama
@@ -131,6 +133,47 @@ async def test_generate_is_a_chat_turn_and_raw_generate_a_completion(router):
     assert parts[-1].done and "".join(part.response for part in parts)
     sent = await last_request(router, "sim")
     assert sent["path"] == "/v1/completions" and sent["body"]["prompt"] == "[INST] hi [/INST]"
+
+
+async def test_generate_to_a_model_whose_capabilities_say_it_does_not_chat_is_a_completion(router_factory, tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    router = router_factory(config(script, f"""
+  base:
+    cmd: {SIM} --port ${{PORT}} --model base
+    capabilities: {{context: 4096}}
+"""))
+    answer = await client(router).generate("base", "Once upon a time", system="Be brief.", stream=False)
+    assert answer.response and answer.done
+    sent = await last_request(router, "base")
+    # The prompt as it is: no chat turn, and no system (Ollama's default template, `{{ .Prompt }}`, drops it).
+    assert sent["path"] == "/v1/completions" and sent["body"]["prompt"] == "Once upon a time"
+    with pytest.raises(ollama.ResponseError) as refused:
+        await client(router).generate("base", "Look", images=[base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(32))])
+    assert refused.value.status_code == 400 and "chat template" in refused.value.error
+    await client(router).generate("sim", "hi", stream=False)  # no capabilities written: says nothing, so a chat
+    assert (await last_request(router, "sim"))["path"] == "/v1/chat/completions"
+
+
+async def test_raw_generate_refuses_a_system_or_template_as_ollama_does(router):
+    for extra in ({"system": "Be brief."}, {"template": "{{ .Prompt }}"}):
+        with pytest.raises(ollama.ResponseError) as refused:
+            await client(router).generate("sim", "[INST] hi [/INST]", raw=True, stream=False, **extra)
+        assert refused.value.status_code == 400 and "raw mode does not support template or system" in refused.value.error
+
+
+@pytest.mark.parametrize(("written", "chat"), [
+    ({}, None),  # nothing written says nothing
+    ({"context": 4096}, False),  # the built-in Gemma-3-270M: a base model
+    ({"input": ("text",), "output": ("text",)}, True),
+    ({"input": ("text", "image"), "output": ("text",), "tools": True}, True),
+    ({"input": ("audio",), "output": ("text",)}, False),
+    ({"input": ("text",), "output": ("image",)}, False),
+])
+def test_a_model_chats_when_its_capabilities_say_text_in_and_text_out(written, chat):
+    from swaplab.config.model import Capabilities
+
+    assert Capabilities(**written).chat is chat
 
 
 async def test_options_and_format_map_to_the_openai_parameters_they_mean(router):
@@ -274,13 +317,17 @@ async def test_a_chat_is_an_activity_row_under_its_ollama_path_with_the_backends
     assert 'swaplab:requests_total{model="sim",status="200"} 1.0' in metrics
 
 
-async def test_version_answers_llama_swaps_fields_and_says_which_apis_answer(router):
+async def test_version_is_an_ollama_release_version_gated_clients_accept_beside_llama_swaps_fields(router):
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{router.url}/api/version") as response:
             answer = await response.json()
-    assert {"version", "commit", "build_date"} <= set(answer)  # llama-swap's page reads these
+    # Codex parses `version` as semver (a leading "v" allowed) and refuses an Ollama below 0.13.4.
+    assert re.fullmatch(r"\d+\.\d+\.\d+", answer["version"])
+    assert tuple(int(part) for part in answer["version"].split(".")) >= (0, 13, 4)
+    for field in ("version", "commit", "build_date"):  # llama-swap's page shows these (Settings.svelte)
+        assert isinstance(answer[field], str) and answer[field]
+    assert answer["swaplab_version"] == metadata.version("swaplab")  # swaplab's page header
     assert answer["server"] == "swaplab" and "ollama" in answer["apis"].split()
-    assert answer["ollama_version"].count(".") == 2
 
 
 async def test_a_slow_first_token_gets_ollama_heartbeats_the_client_reads_as_empty_chunks(router_factory):

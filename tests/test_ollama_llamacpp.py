@@ -6,6 +6,7 @@ file, and its embeddings against llama.cpp's own `/v1/embeddings` answer for the
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 
@@ -172,3 +173,35 @@ async def test_ps_lists_the_loaded_model_and_keep_alive_zero_unloads_it(router):
             return "smollm2" not in await running(session, router.url)
         await eventually(stopped, 30, "smollm2 to stop after keep_alive 0")
     assert "smollm2:latest" not in [model.model for model in (await client(router).ps()).models]
+
+
+# What a chat template leaves in a base model's answer when a prompt is sent as a chat turn
+# (llama.cpp falls back to ChatML for a GGUF without a template; Gemma's own turn markers too).
+TEMPLATE_TOKENS = ("<|im_start|>", "<|im_end|>", "<start_of_turn>", "<end_of_turn>")
+
+
+async def test_generate_on_the_built_in_base_model_is_a_completion_of_the_prompt(router_factory):
+    from swaplab.builtin.models import GEMMA3, model_path
+
+    if not model_path(GEMMA3).is_file():
+        pytest.skip(f"{model_path(GEMMA3)} is absent: `make models` fetches it")
+    # The built-in Gemma-3-270M is a base model: its GGUF has no chat template, its config entry's
+    # capabilities say no text in and text out.
+    assert "tokenizer.chat_template" not in gguf.GGUFReader(str(model_path(GEMMA3))).fields
+    router = router_factory(None)
+    answer = await client(router).generate("gemma3-270m", "The capital of France is", system="Be brief.",
+                                           stream=False, options={"num_predict": 12, "temperature": 0})
+    assert answer.response.strip() and answer.done and 0 < answer.eval_count <= 12
+    assert not any(token in answer.response for token in TEMPLATE_TOKENS), answer.response
+    assert answer.prompt_eval_count <= 8  # the prompt alone (and BOS): no system turn, no template around it
+    async with aiohttp.ClientSession() as session:
+        async def generated():
+            async with session.get(f"{router.url}/api/activity") as response:
+                return [row for row in (await response.json())["activity"] if row["path"] == "/api/generate"]
+        (row,) = await eventually(generated, 10, "the generate's activity row")
+        async with session.get(f"{router.url}/api/captures/{row['capture_id']}") as response:
+            capture = await response.json()
+    sent = json.loads(base64.b64decode(capture["req_body"]))
+    assert sent["prompt"] == "The capital of France is" and "messages" not in sent
+    # llama.cpp names what it served: a completion, not a chat.completion.chunk.
+    assert b'"object":"text_completion"' in base64.b64decode(capture["resp_body"])

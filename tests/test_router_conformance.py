@@ -61,6 +61,45 @@ peers:
         peer.close()
 
 
+@pytest.mark.parametrize("include_aliases", [False, True])
+async def test_models_retrieve_answers_an_alias_as_the_list_names_it(router_factory, include_aliases):
+    """A name a chat can use is one retrieve answers: an alias's record is the one `/v1/models` lists
+    under it with `includeAliasesInList` (its own id, `alias_of` its model), whether or not that is on."""
+    router = router_factory(f"""
+includeAliasesInList: {str(include_aliases).lower()}
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+    name: Ay
+    aliases: [fast, "team/a:latest"]
+  hidden:
+    cmd: {SIM} --port ${{PORT}} --model hidden
+    unlisted: true
+    aliases: [secret]
+""")
+    client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused")
+    try:
+        listed = {model.id: model for model in (await client.models.list()).data}
+        assert ("fast" in listed) is include_aliases
+        for alias in ("fast", "team/a:latest"):
+            retrieved = await client.models.retrieve(alias)
+            assert (retrieved.id, retrieved.object, retrieved.model_extra["alias_of"]) == (alias, "model", "a")
+            assert retrieved.model_extra["name"] == "Ay"
+            assert retrieved.model_extra["meta"]["llamaswap"] == {"type": "alias", "modelID": "a"}
+            if include_aliases:
+                assert retrieved.model_dump() == listed[alias].model_dump()
+        assert (await client.models.retrieve("a")).model_dump() == listed["a"].model_dump()
+        for unlisted in ("hidden", "secret"):  # a model kept out of the list stays out, by id and by alias
+            with pytest.raises(openai.NotFoundError):
+                await client.models.retrieve(unlisted)
+        # the name retrieve answers is one a chat uses; the record then says its model is loaded
+        chatted = await client.chat.completions.create(model="fast", messages=MESSAGES, max_tokens=2)
+        assert chatted.choices[0].message.content
+        assert (await client.models.retrieve("fast")).model_extra["status"]["value"] == "loaded"
+    finally:
+        await client.close()
+
+
 UNKNOWN_ROUTES = [
     ("GET", "/api/nothing"),  # neither llama-swap's /api/* nor Ollama's
     ("POST", "/api/chats"),

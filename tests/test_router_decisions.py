@@ -15,7 +15,7 @@ from swaplab.fleet import State
 from swaplab.router.filters import rewrite
 from swaplab.router.jsonpath import delete_path, set_path
 from swaplab.router.listing import model_records, render_capabilities
-from swaplab.router.logformat import console_formatter, format_go_time, go_duration, layout_of
+from swaplab.router.logformat import console_formatter, console_time, format_go_time, go_duration, layout_of
 from swaplab.router.profiles import ActivationError, ProfileSwitch, listing, parse_activation, upstream_pin
 from swaplab.router.responses import llama_swap_error
 from swaplab.router.selectors import Candidate, NoTarget, Selectors, choose_spillover, choose_warm
@@ -370,7 +370,10 @@ def test_log_time_format_edges():
     assert format_go_time(layout_of("rfc3339"), utc) == "2026-03-02T14:04:05Z"
     assert format_go_time(layout_of("rfc3339nano"), utc.replace(microsecond=0)) == "2026-03-02T14:04:05Z"
     assert format_go_time(layout_of("kitchen"), WHEN.replace(hour=0)) == "12:04AM"
-    assert layout_of("") is None and layout_of("iso8601") is None  # no timestamp, as llama-swap
+    assert layout_of("none") is None and layout_of("iso8601") is None  # no timestamp, as llama-swap for the latter
+    # unset or "": swaplab's own (llama-swap prints none)
+    assert layout_of("") == layout_of("  ") == "2006-01-02 15:04:05"
+    assert format_go_time(layout_of(""), WHEN) == "2026-03-02 15:04:05"
 
 
 @pytest.mark.parametrize("seconds, expected", [
@@ -381,8 +384,12 @@ def test_durations_read_as_go_writes_them(seconds, expected):
     assert go_duration(seconds) == expected
 
 
-def test_console_lines_carry_the_named_layout_or_no_time():
+def test_console_lines_carry_the_local_time_the_named_layout_or_none():
     record = logging.LogRecord("swaplab.router", logging.INFO, __file__, 1, "ready", None, None)
-    assert console_formatter("").format(record) == "INFO swaplab.router: ready"
+    record.created = WHEN.timestamp()
+    local = datetime.datetime.fromtimestamp(record.created).strftime("%Y-%m-%d %H:%M:%S")
+    assert console_formatter("").format(record) == f"{local} INFO swaplab.router: ready"
+    assert console_formatter("none").format(record) == "INFO swaplab.router: ready"
     assert console_formatter("iso8601").format(record) == "INFO swaplab.router: ready"
     assert re.fullmatch(r"\d{1,2}:\d\d[AP]M INFO swaplab\.router: ready", console_formatter("Kitchen").format(record))
+    assert console_time("", record.created) == f"{local} " and console_time("none", record.created) == ""

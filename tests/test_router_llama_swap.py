@@ -370,7 +370,8 @@ models:
         r'"POST /v1/chat/completions HTTP/1\.1" 200 \d+ "[^"]*" [\d.]+(µs|ms|s)', line
     ), line
     assert "GET /metrics" not in output
-    assert re.search(r"^\[a\] ", output, re.MULTILINE)  # the backend's output, under its name
+    # the backend's output, under its name, after the time in the same layout
+    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d) \[a\] ", output, re.MULTILINE)
 
     quiet = router_factory(f"""
 logToStdout: none
@@ -383,8 +384,46 @@ models:
         async with session.get(f"{quiet.url}/logs") as response:
             kept = await response.text()
     assert "[router]" in kept  # /logs keeps everything
-    assert quiet.output().strip().splitlines() == [line for line in quiet.output().strip().splitlines()
-                                                  if line.startswith("swaplab: listening")]
+    [line] = quiet.output().strip().splitlines()
+    assert re.fullmatch(rf"{LOCAL_TIME} swaplab: listening on {quiet.url} \(.*\)", line), line
+
+
+LOCAL_TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+"""swaplab's console time when `logTimeFormat` is unset: `2026-12-07 17:40:22`, local."""
+
+
+async def test_every_console_line_starts_with_the_local_time_unless_log_time_format_says_none(router_factory):
+    router = router_factory(f"""
+logToStdout: both
+logRequests: true
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+""")
+    async with aiohttp.ClientSession() as session:
+        assert (await chat(session, router.url, "a", max_tokens=1))[0] == 200
+
+    def logged() -> str | None:
+        output = router.output()
+        return output if '"POST /v1/chat/completions HTTP/1.1" 200' in output else None
+
+    lines = (await eventually(logged, 10, "the request line")).strip().splitlines()
+    untimed = [line for line in lines if not re.match(rf"{LOCAL_TIME} ", line)]
+    assert not untimed, untimed
+    kinds = {re.sub(rf"^{LOCAL_TIME} ", "", line).split(" ", 1)[0] for line in lines}
+    assert {"swaplab:", "INFO", "[a]"} <= kinds, kinds  # the start line, the router's lines, the backend's
+
+    bare = router_factory(f"""
+logTimeFormat: none
+models:
+  a:
+    cmd: {SIM} --port ${{PORT}} --model a
+""")
+    started = await eventually(
+        lambda: next((line for line in bare.output().splitlines() if "listening on" in line), None), 10, "the start line"
+    )
+    assert started.startswith("swaplab: listening on "), started
+    assert not any(re.match(rf"{LOCAL_TIME} ", line) for line in bare.output().splitlines())
 
 
 async def test_store_path_is_the_activity_store_without_db(tmp_path):

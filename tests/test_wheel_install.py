@@ -156,7 +156,7 @@ def test_the_wheel_alone_serves_the_page_and_answers_a_first_chat(tmp_path, loca
     ).stdout.strip()
     assert Path(where).is_relative_to(venv), f"swaplab imported from {where}, not the new venv"
 
-    port = free_port_block(3)
+    port = free_port_block(4)  # the router and the built-in default's three backends
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "serve.log"
     with open(log_path, "wb") as log:

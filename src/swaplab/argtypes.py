@@ -1,4 +1,4 @@
-"""argparse types the commands share: comma-separated lists of numbers."""
+"""argparse types the commands share: comma-separated lists of numbers, a `HOST:PORT`."""
 
 from __future__ import annotations
 
@@ -45,3 +45,11 @@ def size_list(text: str) -> list[int]:
     if not sizes:
         raise argparse.ArgumentTypeError("expected at least one size, like 16GiB")
     return sizes
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (or `:PORT`, on 127.0.0.1)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)

@@ -187,7 +187,7 @@ class Metrics:
             "swaplab:requests_total", "Proxied requests by model and HTTP status.", ["model", "status"], registry=registry
         )
         self.time_to_first_token = Histogram(
-            "swaplab:time_to_first_token_seconds", "Time from a request's arrival to its first streamed chunk.",
+            "swaplab:time_to_first_token_seconds", "Time from a request's arrival to its stream's first content event (a token, not a comment or ping).",
             ["model"], buckets=TTFT_BUCKETS, registry=registry,
         )
         self.e2e_request_latency = Histogram(

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
+from swaplab.argtypes import host_port
+from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, SERVE_LISTEN, backend_start_port, default_config_text
 from swaplab.config import fit
 from swaplab.config.loader import load_config_sources, load_default_config
 from swaplab.config.model import Config, ModelConfig
@@ -31,13 +32,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="print the resolved config as JSON")
     _add_sources(show)
     show.add_argument("--model", help="only this model (id or alias), with cmd as the final argv")
+    _add_listen(show)
     init = actions.add_parser("init", help="write the built-in default out as a config to edit")
     init.add_argument("path", nargs="?", default=INIT_PATH, metavar="PATH", help=f"where to write it (default: {INIT_PATH})")
     init.add_argument("--force", action="store_true", help="overwrite PATH if it exists")
+    _add_listen(init)
     fit.add_parser(commands)
 
 # `swaplab config init`'s file when no PATH is given: in the current folder.
 INIT_PATH = "swaplab.yaml"
+
+
+def _add_listen(action: argparse.ArgumentParser) -> None:
+    """`--listen`, as `swaplab serve` takes it: the built-in default's backend ports follow from it."""
+    action.add_argument(
+        "--listen", type=host_port, default=SERVE_LISTEN, metavar="HOST:PORT",
+        help=f"the address `swaplab serve` listens on (default {SERVE_LISTEN[0]}:{SERVE_LISTEN[1]}, as there): "
+        "the built-in default's backends get the ports after it, as serve gives them; a file's startPort stays",
+    )
 
 
 def _add_sources(action: argparse.ArgumentParser) -> None:
@@ -53,32 +65,50 @@ def main(args: argparse.Namespace) -> int:
     if args.command == "fit":
         return fit.main(args)
     if args.config_command == "init":
-        return _init(Path(args.path), force=args.force)
+        return _init(Path(args.path), force=args.force, listen=args.listen)
     if args.config_command == "check":
         return _check(args.file, args.config_dir, strict=args.strict)
-    return _show(args.file, args.config_dir, model=args.model)
+    return _show(args.file, args.config_dir, model=args.model, listen=args.listen)
 
 
-def _load(path: str | None, config_dir: str | None) -> Config:
-    """The config files given, or the built-in default (what `swaplab serve` runs) when none is."""
+def _load(path: str | None, config_dir: str | None, listen_port: int = SERVE_LISTEN[1]) -> Config:
+    """The config files given, or the built-in default as `swaplab serve` on `listen_port` runs it
+    when none is."""
     if path is None and config_dir is None:
-        return load_default_config()
+        return load_default_config(listen_port)
     return load_config_sources(path, config_dir)
 
 
-def _init(path: Path, force: bool = False) -> int:
-    """Write the built-in default to `path` (refusing an existing file unless `force`), and say where."""
+def _serve_command(listen: tuple[str, int], path: Path | None = None) -> str:
+    """The `swaplab serve` line that runs the built-in default (or `path`) on `listen`'s ports."""
+    config = f" --config {path}" if path is not None else ""
+    address = f" --listen {listen[0]}:{listen[1]}" if listen != SERVE_LISTEN else ""
+    return f"swaplab serve{config}{address}"
+
+
+def _init(path: Path, force: bool = False, listen: tuple[str, int] = SERVE_LISTEN) -> int:
+    """Write the built-in default to `path` (refusing an existing file unless `force`), its
+    backends on the ports `swaplab serve` on `listen` gives them, and say where."""
     if path.is_dir():
         raise SwaplabError(f"config init: {path} is a folder; give a file name, e.g. {path / INIT_PATH}")
     if path.exists() and not force:
         raise SwaplabError(f"config init: {path} exists; pass --force to overwrite it")
-    text = f"# Written by `swaplab config init` from the {DEFAULT_CONFIG_NAME}: edit it, then\n" \
-           f"# `swaplab config check {path}` and `swaplab serve --config {path}`.\n" + default_config_text()
+    start_port = backend_start_port(listen[1])
+    text = (
+        f"# Written by `swaplab config init` from the {DEFAULT_CONFIG_NAME}: edit it, then\n"
+        f"# `swaplab config check {path}` and `{_serve_command(listen, path)}`.\n"
+        f"# startPort {start_port} is the port after the router's ({listen[0]}:{listen[1]}), as\n"
+        f"# `{_serve_command(listen)}` gives the built-in default's backends.\n"
+        + default_config_text(start_port)
+    )
     try:
         path.write_text(text)
     except OSError as error:
         raise SwaplabError(f"config init: cannot write {path}: {error.strerror or error}") from None
-    print(f"Wrote the built-in default to {path}; serve it with: swaplab serve --config {path}")
+    print(
+        f"Wrote the built-in default to {path}, its backends on ports from {start_port} "
+        f"(after the router's {listen[1]}, as serve gives them); serve it with: {_serve_command(listen, path)}"
+    )
     return 0
 
 
@@ -126,16 +156,25 @@ def _print_claims(config: Config) -> None:
             print(f"models.{model_id}: claims its devices whole: {estimate.detail}", file=sys.stderr)
 
 
-def _show(path: str | None, config_dir: str | None, model: str | None = None) -> int:
-    """Print the resolved config (or one model's settings, by id or alias) as JSON, secrets redacted."""
+def _show(
+    path: str | None, config_dir: str | None, model: str | None = None, listen: tuple[str, int] = SERVE_LISTEN
+) -> int:
+    """Print the resolved config (or one model's settings, by id or alias) as JSON, secrets
+    redacted; the built-in default with the ports `swaplab serve` on `listen` gives it (said on stderr)."""
     try:
-        config = _load(path, config_dir)
+        config = _load(path, config_dir, listen[1])
     except ConfigError as error:
         _print_warnings(error.warnings)
         for fault in error.faults:
             print(fault, file=sys.stderr)
         return 2
     _print_warnings(config.warnings)
+    if path is None and config_dir is None:
+        print(
+            f"{DEFAULT_CONFIG_NAME}: backends on ports from {config.start_port} (after the router's "
+            f"{listen[1]}), as `{_serve_command(listen)}` runs it",
+            file=sys.stderr,
+        )
     if model is None:
         document = resolved_document(config)
     else:

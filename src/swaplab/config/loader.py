@@ -44,7 +44,7 @@ from swaplab.config.tree import Entry, Item, Line
 from swaplab.config.upstream import read_ignore_paths
 from swaplab.config.yamlreader import YamlSection
 from swaplab.config.yamltree import parse
-from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
+from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, SERVE_LISTEN, backend_start_port, default_config_text
 from swaplab.errors import SwaplabError
 
 
@@ -53,9 +53,10 @@ def load_config(path: str) -> Config:
     return load_config_text(read_text(path), path)
 
 
-def load_default_config() -> Config:
-    """The built-in default (`swaplab serve` with no `--config`), as `swaplab config init` writes it."""
-    return load_config_text(default_config_text(), DEFAULT_CONFIG_NAME)
+def load_default_config(listen_port: int = SERVE_LISTEN[1]) -> Config:
+    """The built-in default as `swaplab serve` on `listen_port` runs it with no `--config` (its
+    backends on the ports after the router's), as `swaplab config init` writes it."""
+    return load_config_text(default_config_text(backend_start_port(listen_port)), DEFAULT_CONFIG_NAME)
 
 
 def load_config_text(text: str, path: str = "<config>", environ: Mapping[str, str] | None = None) -> Config:

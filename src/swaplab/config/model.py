@@ -56,6 +56,15 @@ class Capabilities:
     def __bool__(self) -> bool:
         return bool(self.input or self.output or self.tools or self.reranker or self.context)
 
+    @property
+    def chat(self) -> bool | None:
+        """Whether the model chats, read as the page's playground reads it (`chatCapable`): True when it takes
+        text in and gives text out; False when `capabilities` are written without saying so (a base model,
+        as the built-in Gemma-3-270M's `{context: 4096}`); None when none are written, which says nothing."""
+        if "text" in self.input and "text" in self.output:
+            return True
+        return False if self else None
+
 
 @dataclass(frozen=True)
 class SleepCall:
@@ -167,6 +176,8 @@ class ModelConfig:
     """swaplab: the key the router's own calls to this server carry (`apiKey`); else read from its cmd."""
     kv_cache: KvCacheConfig | None = None
     """swaplab: save its KV cache when evicted, restore it on return (`config.kvcache`); None: off."""
+    translate: dict[str, bool] = field(default_factory=dict)
+    """swaplab: the APIs (`messages`, `responses`) its server lacks (true) or has (false); absent: learned."""
     raw_text: str = ""
     """The entry's text as written in the file, comments included (the catalogue shows it)."""
     line: int = 0
@@ -192,6 +203,8 @@ class PeerConfig:
     timeouts: Timeouts = field(default_factory=lambda: Timeouts(response_header=60.0))
     probe: float = 0.0
     """Seconds between availability probes of each listed model; 0 = never probed."""
+    translate: dict[str, bool] = field(default_factory=dict)
+    """swaplab: the APIs (`messages`, `responses`) the peer lacks (true) or has (false); absent: learned."""
 
 
 @dataclass(frozen=True)

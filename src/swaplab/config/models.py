@@ -20,6 +20,7 @@ from swaplab.config.model import Capabilities, ModelConfig
 from swaplab.config.sleep import read_sleep
 from swaplab.config.tree import Entry, Item, file_of, to_plain
 from swaplab.config.upstream import is_http_url, read_filters, read_timeouts
+from swaplab.config.translate import read_translate
 from swaplab.config.yamlreader import YamlSection, shown
 
 DEFAULT_PROXY = "http://localhost:${PORT}"
@@ -286,7 +287,8 @@ def _build_model(
         proxy=proxy,
         check_endpoint=_check_endpoint(model),
         ttl=ttl,
-        aliases=tuple(item.text for item in model.strings("aliases")),
+        # an alias equal to the model's own id names it already: accepted and dropped, as llama-swap accepts it
+        aliases=tuple(item.text for item in model.strings("aliases") if item.text != model_id),
         env=env,
         name=model.string("name"),
         description=model.string("description"),
@@ -306,6 +308,7 @@ def _build_model(
         sleep=read_sleep(model),
         kv_cache=read_kv_cache(model),
         api_key=model.string("apiKey"),
+        translate=read_translate(model),
         raw_text=_raw_text(entry, lines),
         line=entry.key_line,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from swaplab.config.model import PeerConfig
 from swaplab.config.upstream import is_http_url, read_filters, read_timeouts
+from swaplab.config.translate import read_translate
 from swaplab.config.yamlreader import YamlSection, shown
 
 
@@ -42,6 +43,7 @@ def read_peers(section: YamlSection | None) -> dict[str, PeerConfig]:
             filters=read_filters(peer, legacy_names=False),
             timeouts=read_timeouts(peer, response_header=60.0),
             probe=peer.number("probe", 0.0) or 0.0,
+            translate=read_translate(peer),
         )
         peer.finish()
     return peers

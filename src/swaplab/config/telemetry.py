@@ -16,7 +16,9 @@ LOG_TIME_FORMATS = (
     "ansic", "unixdate", "rubydate", "rfc822", "rfc822z", "rfc850", "rfc1123", "rfc1123z",
     "rfc3339", "rfc3339nano", "kitchen", "stamp", "stampmilli", "stampmicro", "stampnano",
 )  # fmt: skip
-"""llama-swap's names for Go's time layouts (case-insensitive); "" = no timestamp."""
+"""llama-swap's names for Go's time layouts (case-insensitive); "" = swaplab's own time (llama-swap's: none)."""
+NO_TIME = "none"
+"""swaplab's `logTimeFormat` for console lines without a time (llama-swap's "")."""
 DEFAULT_SESSION_HEADERS = ("X-Session-ID", "X-Litellm-Session-Id")
 DEFAULT_METRICS_MAX_IN_MEMORY = 1000
 DEFAULT_CAPTURE_BUFFER_MB = 5
@@ -42,13 +44,13 @@ class Telemetry:
 def read_telemetry(top: YamlSection) -> Telemetry:
     """The logging, store, capture, UI and performance settings, llama-swap's defaults applied."""
     log_time_format = top.string("logTimeFormat").strip()
-    if log_time_format and log_time_format.lower() not in LOG_TIME_FORMATS:
+    if log_time_format and log_time_format.lower() not in (*LOG_TIME_FORMATS, NO_TIME):
         top.findings.warn(
             top.entries["logTimeFormat"].key_line,
             f"logTimeFormat '{log_time_format}' is not one of {', '.join(LOG_TIME_FORMATS)}; "
             f"logs carry no timestamp (as in llama-swap)",
         )
-        log_time_format = ""
+        log_time_format = NO_TIME
     log_to_stdout = top.string("logToStdout", "proxy")
     if log_to_stdout not in LOG_DESTINATIONS:
         top.findings.fault(

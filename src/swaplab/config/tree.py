@@ -8,6 +8,7 @@ line is a `Line`, which also names its file, so a fault still lands in the right
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Self
@@ -127,29 +128,41 @@ def from_plain(value: Any, like: Item) -> Item:
 
 
 def scalar_text(value: Any) -> str:
-    """A scalar formatted as Go's `%v` does (how llama-swap writes a macro's value into a string)."""
+    """A scalar formatted as Go's `%v` formats what yaml.v3 decoded (how llama-swap writes a
+    macro's value into a string, macros.go `fmt.Sprintf("%v", macroValue)`)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, int) and not GO_INT_RANGE[0] <= value <= GO_INT_RANGE[1]:
+        # yaml.v3 decodes a plain integer past int64 and uint64 as a float64
+        return go_float(float(value))
     if isinstance(value, float):
-        return _go_float(value)
+        return go_float(value)
     return str(value)
 
 
-def _go_float(value: float) -> str:
+GO_INT_RANGE = (-(1 << 63), (1 << 64) - 1)
+"""The integers yaml.v3 decodes as integers (int64, then uint64); past them, a float64."""
+
+
+def go_float(value: float) -> str:
+    """A float64 as Go's `%v` (`strconv.FormatFloat(v, 'g', -1, 64)`) writes it: the shortest
+    digits that read back as the value, in exponent form when the exponent is below -4 or at
+    least 6 (strconv/ftoa.go: "if precision was the shortest possible, use precision 6 for
+    this decision"), the exponent with at least two digits: 1e+06, 1.5e-05, 123456.5."""
     if value != value:
         return "NaN"
     if value in (float("inf"), float("-inf")):
         return "+Inf" if value > 0 else "-Inf"
     if value == 0:
-        return "0"
-    # Shortest round-trip digits, fixed notation unless the exponent is < -4 or >= 21.
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    # Python's repr is the shortest round-trip form too; only the layout differs from Go's.
     sign, digit_tuple, exponent = Decimal(repr(value)).normalize().as_tuple()
     digits = "".join(map(str, digit_tuple))
     point = len(digits) + exponent
     prefix = "-" if sign else ""
-    if point - 1 < -4 or point - 1 >= 21:
+    if point - 1 < -4 or point - 1 >= 6:
         body = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
         return f"{prefix}{body}e{'-' if point - 1 < 0 else '+'}{abs(point - 1):02d}"
     if point <= 0:

@@ -24,6 +24,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from swaplab.config.tree import Entry, Item, Line
+from swaplab.config.yamlerrors import explain
 from swaplab.errors import Fault
 
 
@@ -129,7 +130,7 @@ def parse(text: str, file: str) -> ParsedYaml:
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as error:
-        return ParsedYaml(None, [_yaml_fault(error, file)])
+        return ParsedYaml(None, [_yaml_fault(error, text, file)])
     except yaml.YAMLError as error:
         return ParsedYaml(None, [Fault(file, 1, f"invalid YAML: {error}")])
     except _Refused as refused:
@@ -138,7 +139,7 @@ def parse(text: str, file: str) -> ParsedYaml:
     try:
         root = builder.build(node) if node is not None else None
     except yaml.MarkedYAMLError as error:
-        return ParsedYaml(None, [*builder.faults, _yaml_fault(error, file)])
+        return ParsedYaml(None, [*builder.faults, _yaml_fault(error, text, file)])
     except _Refused as refused:
         return ParsedYaml(None, [*builder.faults, Fault(file, refused.line, refused.message)])
     finally:
@@ -154,11 +155,10 @@ def _character_fault(error: yaml.reader.ReaderError, text: str, file: str) -> Fa
     return Fault(file, line, f"the file is not text: character U+{error.character:04X}, which YAML does not allow")
 
 
-def _yaml_fault(error: yaml.MarkedYAMLError, file: str) -> Fault:
-    mark = error.problem_mark or error.context_mark
-    line = mark.line + 1 if mark is not None else 1
-    parts = [part for part in (error.context, error.problem) if part]
-    return Fault(file, line, "invalid YAML: " + ", ".join(parts))
+def _yaml_fault(error: yaml.MarkedYAMLError, text: str, file: str) -> Fault:
+    """A syntax error at the line of the mistake, in plain words (`yamlerrors`)."""
+    line, message = explain(error, text)
+    return Fault(file, line, message)
 
 
 class _Builder:

@@ -84,6 +84,17 @@ def flag_value(argv: Sequence[str], spellings: Iterable[str]) -> str | None:
     return found
 
 
+def flag_given(argv: Sequence[str], spellings: Iterable[str]) -> tuple[str, str | None] | None:
+    """The last of `spellings` on the command line, as written, with its value (None for a switch
+    or a flag at the end); None when none is there."""
+    words = list(argv)
+    found: tuple[str, str | None] | None = None
+    for index, inline in _occurrences(words, spellings):
+        value = inline if inline is not None else (words[index + 1] if index + 1 < len(words) else None)
+        found = (words[index].partition("=")[0], value)
+    return found
+
+
 def flag_values(argv: Sequence[str], spellings: Iterable[str]) -> list[str]:
     """Every value given to `spellings`, with the words after a flag up to the next `-` word
     (argparse's `nargs='+'`: `--served-model-name a b`)."""

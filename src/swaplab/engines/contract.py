@@ -128,6 +128,14 @@ class ContextSpellings(_Facts):
     origin: str = ""
 
 
+class Slots(_Facts):
+    """llama.cpp's slots: the flag that sets how many share the context, and whether they share it whole."""
+
+    flags: tuple[str, ...] = ()
+    kv_unified_flags: tuple[str, ...] = ()
+    """Both spellings, on and off (`--no-kv-unified`): the last one given wins."""
+
+
 class Memory(_Facts):
     utilization: Utilization | None = None
     kv_cache_bytes_flags: tuple[str, ...] = ()
@@ -136,6 +144,7 @@ class Memory(_Facts):
     pipeline_parallel_flags: tuple[str, ...] = ()
     context_flags: tuple[str, ...] = ()
     context_spellings: ContextSpellings | None = None
+    slots: Slots | None = None
     kv_cache_dtype_flags: tuple[str, ...] = ()
     kv_cache_dtypes: dict[str, float | None] = Field(default_factory=dict)
     reports: tuple[Report, ...] = ()
@@ -159,6 +168,48 @@ class Health(_Facts):
     origin: str = ""
 
 
+class Ping(_Facts):
+    """A keep-alive the engine writes into a stream that stays silent (llama.cpp's SSE ping)."""
+
+    event: str
+    flags: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    request_field: str = ""
+    default_seconds: float = 0.0
+    """Seconds of silence before each ping; 0 or less: none."""
+    origin: str = ""
+
+
+class Stream(_Facts):
+    """How the engine frames a streamed answer, and what it sends before the first token."""
+
+    format: str = ""
+    before_first_token: str = ""
+    ping: Ping | None = None
+    origin: str = ""
+
+
+class ContextLimit(_Facts):
+    """How the engine refuses a request longer than its context: the status, and each message's format
+    with its figures named (`prompt_tokens`, `context_tokens`) in its `meaning`."""
+
+    status: int
+    messages: tuple[Report, ...] = ()
+
+    def figures(self, message: str) -> dict[str, int] | None:
+        """The named figures of `message` when it is one of these refusals, else None."""
+        for known in self.messages:
+            found = known.pattern().search(message)
+            if found is not None:
+                return {name: int(value.replace(",", "")) for name, value in found.groupdict().items()
+                        if value is not None and value.replace(",", "").isdigit()}
+        return None
+
+
+class Errors(_Facts):
+    exceed_context: ContextLimit | None = None
+
+
 class Contract(_Facts):
     """One engine's contract, as its release has it."""
 
@@ -174,6 +225,8 @@ class Contract(_Facts):
     sleep: Sleep | None = None
     memory: Memory = Field(default_factory=Memory)
     startup: Startup = Field(default_factory=Startup)
+    errors: Errors = Field(default_factory=Errors)
+    stream: Stream = Field(default_factory=Stream)
 
     def route(self, method: str, path: str) -> Route | None:
         """The route the engine serves at `method path`, or None."""

@@ -77,6 +77,11 @@ BATCH_WINDOW_SECONDS = 5.0
 MEMORY_SETTLE_SECONDS = 10.0
 MEMORY_POLL_SECONDS = 0.2
 
+# A load's progress moves with the clock too (its elapsed and silent seconds, whether it looks
+# stuck), not only with the engine's lines: while a model starts or wakes, listeners hear of it
+# this often, so the page's copy never stands still between lines.
+PROGRESS_TICK_SECONDS = 1.0
+
 
 # llama-swap's default when a model sets no concurrencyLimit.
 DEFAULT_CONCURRENCY_LIMIT = 10
@@ -134,6 +139,7 @@ class Fleet:
         """NVML's reading of what a model with an estimated claim took (or what its engine said it
         allocated, beside the estimate), with the cmd it was for."""
         self._memory_poll: asyncio.TimerHandle | None = None
+        self._progress_tick: asyncio.TimerHandle | None = None
         self._outdated: set[str] = set()
         self._retiring = False
         """A reload left servers of changed or removed entries that must stop once idle."""
@@ -635,10 +641,26 @@ class Fleet:
         for listener in self.listeners:
             listener()
 
+    def _tick_progress_later(self) -> None:
+        """While any model starts or wakes, listeners hear of it every PROGRESS_TICK_SECONDS."""
+        if self._progress_tick is None and not self._closed and self._loading():
+            self._progress_tick = asyncio.get_running_loop().call_later(PROGRESS_TICK_SECONDS, self._progress_ticked)
+
+    def _progress_ticked(self) -> None:
+        self._progress_tick = None
+        if self._loading():
+            for listener in self.listeners:
+                listener()
+            self._tick_progress_later()
+
+    def _loading(self) -> bool:
+        return any(backend.state in (State.STARTING, State.WAKING) for backend in self._backends.values())
+
     def _backend_changed(self, backend: Backend, run: Run) -> None:
         """Every state change of every backend comes through here, as it happens."""
         for listener in self.listeners:
             listener()
+        self._tick_progress_later()
         if backend.state is State.READY:
             if backend.ready_by == "wake":
                 self.metrics.backend_woke(backend.id, backend.last_wake_seconds or 0.0)
@@ -778,6 +800,8 @@ class Fleet:
             self._fail(waiter, BackendStartError("the router is shutting down"))
         if self._memory_poll is not None:
             self._memory_poll.cancel()
+        if self._progress_tick is not None:
+            self._progress_tick.cancel()
         await asyncio.gather(*(b.stop(STOP_SHUTDOWN) for b in self._backends.values()))
         if self._http is not None:
             await self._http.close()

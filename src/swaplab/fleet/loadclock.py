@@ -8,7 +8,10 @@ load as it happens. It knows the recent median of each stage for the same model 
 command (another command is another history: a new context or a new engine version loads
 differently), with their spread, and gives the stage, its fraction, the time left and
 whether the load looks stuck. A load is called stuck when it is far past its usual
-duration with no output for a while. Nothing kills it: `healthCheckTimeout` decides that.
+duration and has said nothing for far longer than the stage it is in usually takes; a first
+load, with no usual duration, when it has said nothing for FIRST_LOAD_STUCK_SILENCE_SECONDS.
+Nothing kills it: `healthCheckTimeout` decides that. The view is a function of the clock: the
+fleet asks for it again each second while a load is under way, not only at the engine's lines.
 
 Pure: clocks are passed in, nothing here does I/O.
 """
@@ -28,9 +31,13 @@ from swaplab.results.loads import KEEP_PER_HISTORY, LoadRecord
 KEEP_LOADS = KEEP_PER_HISTORY
 """Loads kept per model, kind and command; the ETA is the median of these."""
 STUCK_FACTOR = 2.0
-STUCK_MIN_SILENCE_SECONDS = 30.0
-"""A load is probably stuck past STUCK_FACTOR x its usual duration with no output for this long
-(or a quarter of its usual duration, if longer)."""
+STUCK_MIN_SILENCE_SECONDS = 10.0
+"""A load is probably stuck past STUCK_FACTOR x its usual duration with no output for STUCK_FACTOR x
+its current stage's usual duration (the longest stage's, in a stage its history never saw), and at
+least this long: a stage's lines may come seconds apart however short it usually is."""
+FIRST_LOAD_STUCK_SILENCE_SECONDS = 120.0
+"""A first load has no usual duration: it is probably stuck with no output for this long, the whole
+start llama-swap's default `healthCheckTimeout` allows (a first load needing longer sets it higher)."""
 STARTING = "starting"
 """The stage before the engine has said anything this reader knows."""
 
@@ -141,26 +148,27 @@ class LoadWatch:
 
     def view(self, now: float) -> dict:
         """The JSON `progress` object /running, modelStatus and sendLoadingState show."""
-        elapsed = now - self.began
+        elapsed, silent = now - self.began, now - self.last_output
         view: dict = {
             "kind": self.kind, "stage": self.stage, "fraction": _rounded(self.fraction), "engine": self.engine,
-            "elapsed_seconds": round(elapsed, 1), "silent_seconds": round(now - self.last_output, 1),
+            "elapsed_seconds": round(elapsed, 1), "silent_seconds": round(silent, 1),
             "eta_seconds": None, "percent": None, "usual_seconds": None, "spread_seconds": None, "history": 0,
-            "stuck": False,
+            "stuck": silent > FIRST_LOAD_STUCK_SILENCE_SECONDS,
         }
         expected = self.expectation
         if expected is None:
             return view
         done, remaining = self._expected_split(now, expected)
         total = done + remaining
-        silence = max(STUCK_MIN_SILENCE_SECONDS, expected.usual_seconds / 4)
+        stage_usual = expected.stage_seconds.get(self.stage, max(expected.stage_seconds.values(), default=0.0))
+        silence = max(STUCK_MIN_SILENCE_SECONDS, STUCK_FACTOR * stage_usual)
         view.update(
             eta_seconds=round(remaining, 1),
             percent=round(100 * done / total) if total else None,
             usual_seconds=round(expected.usual_seconds, 1),
             spread_seconds=[round(expected.fastest_seconds, 1), round(expected.slowest_seconds, 1)],
             history=expected.loads,
-            stuck=elapsed > STUCK_FACTOR * expected.usual_seconds and now - self.last_output > silence,
+            stuck=elapsed > STUCK_FACTOR * expected.usual_seconds and silent > silence,
         )
         return view
 

@@ -77,14 +77,17 @@ def log_kind(line: LogLine) -> str:
 
 
 OLLAMA_API_VERSION = "0.33.0"
-"""The Ollama release whose API (its docs/api.md) the Ollama routes follow (`router.ollama`)."""
+"""The Ollama release whose API (its docs/api.md) the Ollama routes follow (`router.ollama`): `version` in
+`/api/version`, where Ollama's clients gate features on it (Codex's `--oss` wants 0.13.4 or newer)."""
 
 
 @functools.cache
 def version() -> dict[str, str]:
-    """`GET /api/version`, the one path llama-swap's API and Ollama's share: llama-swap's fields (swaplab's
-    version, and the commit and its date when run from a git checkout; Ollama's clients read `version` too),
-    then which server and APIs answer here."""
+    """`GET /api/version`, the one path llama-swap's API and Ollama's share (docs/api.md has the table).
+
+    `version` is Ollama's answer (`OLLAMA_API_VERSION`): Ollama's clients compare it against their minimum,
+    and swaplab's own 0.x would read as a years-old Ollama. llama-swap's page only shows it. `commit` and
+    `build_date` are swaplab's, as llama-swap's; swaplab's own version is `swaplab_version`."""
     try:
         number = metadata.version("swaplab")
     except metadata.PackageNotFoundError:
@@ -100,8 +103,8 @@ def version() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError, ValueError):
         pass
     return {
-        "version": number, "commit": commit, "build_date": date, "server": "swaplab",
-        "apis": "openai anthropic ollama llama-swap", "ollama_version": OLLAMA_API_VERSION,
+        "version": OLLAMA_API_VERSION, "commit": commit, "build_date": date, "swaplab_version": number,
+        "server": "swaplab", "apis": "openai anthropic ollama llama-swap",
     }
 
 

@@ -279,18 +279,20 @@ class Router:
         return web.json_response({"object": "list", "data": self.model_list()})
 
     async def handle_model(self, request: web.Request) -> web.Response:
-        """OpenAI's `GET /v1/models/{id}`: the record the list has under that id, else a 404."""
+        """OpenAI's `GET /v1/models/{id}`: the record the list has under that id, an alias's as the
+        list has it with `includeAliasesInList` (its own `id`, `alias_of` its model), else a 404."""
         model_id = request.match_info["id"]
-        for entry in self.model_list():
+        for entry in self.model_list(aliases=True):
             if entry["id"] == model_id:
                 return web.json_response(entry)
         return error_response(404, f"model {model_id!r} not found; GET /v1/models lists the models", "model_not_found")
 
-    def model_list(self) -> list[dict[str, Any]]:
-        """`GET /v1/models`'s records (Ollama's `/api/tags` lists the same models)."""
+    def model_list(self, aliases: bool | None = None) -> list[dict[str, Any]]:
+        """`GET /v1/models`'s records (Ollama's `/api/tags` lists the same models); `aliases`: each
+        alias its own record, or not (None: as `includeAliasesInList` says)."""
         config = self.config
         created = int(self.started)
-        data = model_records(config, self.fleet.state_of, created, self.profiles.pins(config))
+        data = model_records(config, self.fleet.state_of, created, self.profiles.pins(config), aliases)
         for peer in config.peers.values():
             for name in peer.models:
                 health = self.peers.health(peer.id, name)

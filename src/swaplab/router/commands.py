@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-
-def _host_port(text: str) -> tuple[str, int]:
-    """`HOST:PORT` (or `:PORT`, on 127.0.0.1) as an argparse type."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()):
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host or "127.0.0.1", int(port)
+from swaplab.argtypes import host_port
+from swaplab.builtin.defaults import SERVE_LISTEN
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -22,8 +17,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="also every *.yml/*.yaml directly in DIR, merged after --config in sorted order (llama-swap's -config-dir)",
     )
     serve.add_argument(
-        "--listen", type=_host_port, default=("127.0.0.1", 8080), metavar="HOST:PORT",
-        help="address to listen on (default 127.0.0.1:8080)",
+        "--listen", type=host_port, default=SERVE_LISTEN, metavar="HOST:PORT",
+        help=f"address to listen on (default {SERVE_LISTEN[0]}:{SERVE_LISTEN[1]}); "
+        "the built-in default's backends take the ports after it",
     )
     serve.add_argument("--state-dir", help="where pid files and logs live (default: the user's state directory)")
     serve.add_argument("--db", help="the results store the activity table goes to (default: $SWAPLAB_DB or the user's data directory)")

@@ -12,7 +12,9 @@ that routed it) and handed to `record`. Another API's route (Ollama's, `router.o
 comes in translated, through `forward_reshaped`, and goes the same way; its `Reshape` gives
 the reply back in its shape. Every request passes here: nothing is added to this path
 without measuring it (docs/performance.md). It is one concept, the request path, in one
-module (about 540 lines): admission, recovery, heartbeats and the relay interleave in it.
+module (about 590 lines): admission, recovery, heartbeats and the relay interleave in it. A
+route the server lacks (Anthropic's, the Responses API) is translated on its way (`translate`):
+decided before it is sent, or after the server's 404 on it, which sends it again.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
 from swaplab.router.loading import loading_event, progress_text, wants_loading_state
 from swaplab.router.observe import RequestObservation
 from swaplab.config.engines import call_headers
+from swaplab.router.contextlimit import explain as too_long
 from swaplab.router.peers import PeerWatch, peer_credentials
 from swaplab.router.profiles import ProfileSwitch, upstream_pin
 from swaplab.router.proxy import (
@@ -60,6 +63,8 @@ from swaplab.router.recovery import Failure, explain_break, recover
 from swaplab.router.reshape import RESHAPE, Reshape
 from swaplab.router.responses import error_response, llama_swap_error, unknown_model
 from swaplab.router.selectors import Choice, NoTarget, Selectors
+from swaplab.router import translate
+from swaplab.router.translate.book import RouteBook
 from swaplab.router.targets import (
     LocalTarget,
     PeerTarget,
@@ -112,6 +117,8 @@ class Forwarder:
         self._pools = pools
         self._upstream_session = pools.session
         self._keepalive_clock = KeepAliveClock()
+        self.routes = RouteBook()
+        """Which servers lack Anthropic's or the Responses API (`router.translate`)."""
 
     @property
     def config(self) -> Config:
@@ -228,15 +235,37 @@ class Forwarder:
         self, request: web.Request, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
         target = resolve(self.config, name)
+        if target is None and name.endswith(":latest") and document is not None:
+            # Ollama's default tag: `codex --oss` sends the name as Ollama's /api/tags lists it (`smollm2:latest`).
+            target = resolve(self.config, name.removesuffix(":latest"))
+            if target is not None:
+                name = name.removesuffix(":latest")
+                document = {**document, "model": name}
+                body = filters.encode(document)
         if target is None:
             return unknown_model(self.config, name)  # not recorded: its label would be whatever was typed
         if request.method == "GET" and is_upgrade(request.headers):  # on a MODEL_GET_ROUTES route
             if isinstance(target, PeerTarget):
                 return await self._websocket_to_peer(request, target, name, path)
             return await self._websocket_to_model(request, target.model_id, name, path)
+        api = translate.ROUTES.get(path.partition("?")[0]) if document is not None else None  # Claude Code's ?beta=true
+        if api is not None and RESHAPE not in request and self._lacks(target, api):
+            translation = translate.begin(request, path, document, name)  # type: ignore[arg-type]
+            if isinstance(translation, web.Response):
+                return translation
+            path, document = translation.path, translation.document
+            body = filters.encode(document)
         if isinstance(target, PeerTarget):
             return await self._forward_to_peer(request, target, name, path, body, document)
         return await self._forward_to_model(request, target.model_id, name, path, body, document)
+
+    def _lacks(self, target: LocalTarget | PeerTarget, api: str) -> bool:
+        """Whether the target's server lacks `api`'s route (declared, known from its engine, or learned)."""
+        if isinstance(target, PeerTarget):
+            peer = target.peer
+            return self.routes.lacks(("peer", peer.id, peer.proxy), api, peer.translate)
+        model = self.config.models[target.model_id]
+        return self.routes.lacks(("model", model.id, model.cmd), api, model.translate, model.cmd)
 
     def _observe(self, request: web.Request, model: str, path: str, name: str, peer: str | None = None,
                  capture: bool = True) -> RequestObservation:
@@ -281,7 +310,9 @@ class Forwarder:
                 observation.end(completed=False, disconnected=True)  # left while queued
                 raise
             observation.admitted(lease.waited_for, lease.fallback, lease.run.claim_restored if lease.run.restored else None)
-            for attempt in (1, 2):
+            attempt = 0
+            while True:
+                attempt += 1
                 # The entry of the server that admitted it: a reload while it was queued
                 # must not mix the old entry's filters with the new entry's server.
                 model = lease.model
@@ -317,16 +348,30 @@ class Forwarder:
                         )
                     lease = recovered
                     continue
+                if upstream.status == 404 and reshape is None:
+                    learned = await self.routes.after_404(request, upstream, ("model", model.id, model.cmd),
+                                                          model.translate, sent_path, document, name, f"model {model.id!r}")
+                    if isinstance(learned, web.Response):  # a request the translation refuses
+                        observation.fail(learned.status, translate.message_of(learned))
+                        observation.answered(learned, learned.body)  # type: ignore[arg-type]  # json_response's: bytes
+                        return learned
+                    if isinstance(learned, translate.Translation):  # sent again, translated: not a new attempt
+                        reshape, path, document = learned.reshape, learned.path, learned.document
+                        body = filters.encode(document)
+                        attempt -= 1
+                        continue
+                    upstream = learned
                 if reshape is None:
                     response, lease.completed = await relay(
-                        request, upstream, observation, keepalive, explain_break=lambda: explain_break(lease)
+                        request, upstream, observation, keepalive, explain_break=lambda: explain_break(lease),
+                        explain_error=lambda status, body: too_long(self.config.path, lease.model, status, body),
                     )
                 else:
                     response, lease.completed = await relay_reshaped(
-                        request, upstream, reshape, observation, keepalive, explain_break=lambda: explain_break(lease)
+                        request, upstream, reshape, observation, keepalive, explain_break=lambda: explain_break(lease),
+                        explain_error=lambda status, body: too_long(self.config.path, lease.model, status, body),
                     )
                 return response
-            raise AssertionError("unreachable")
         finally:
             if lease is not None:
                 keep_alive = reshape.keep_alive if reshape is not None else None
@@ -407,6 +452,28 @@ class Forwarder:
                 return await _failed(
                     observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
                 )
+            if upstream.status == 404 and reshape is None:
+                learned = await self.routes.after_404(request, upstream, ("peer", peer.id, peer.proxy), peer.translate,
+                                                      path, document, name, f"peer {peer.id!r}")
+                if isinstance(learned, web.Response):
+                    observation.fail(learned.status, translate.message_of(learned))
+                    observation.answered(learned, learned.body)  # type: ignore[arg-type]
+                    return learned
+                if isinstance(learned, translate.Translation):  # sent again, translated
+                    reshape, path, document = learned.reshape, learned.path, learned.document
+                    body = self._filtered(filters.encode(document), document, target.model, peer.filters, name)
+                    observation.sending(body)
+                    try:
+                        upstream = await self._pools.open(
+                            request.method, peer.proxy.rstrip("/") + path, peer.timeouts,
+                            self._upstream_headers(request, peer_credentials(peer)), body,
+                        )
+                    except UpstreamError as error:
+                        return await _failed(
+                            observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
+                        )
+                else:
+                    upstream = learned
             if reshape is None:
                 response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
             else:

@@ -13,34 +13,16 @@ of the same protocol. A short wait changes nothing: no timer fires, no byte is a
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 from collections.abc import Callable
 
 from aiohttp import web
 
+from swaplab.router.dialect import Dialect, route_dialect
 from swaplab.router.reply import stream_response
 
 EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
-
-class Dialect(enum.Enum):
-    """How a route frames its event stream (and so its heartbeats and errors)."""
-
-    OPENAI = "openai"  # chat/completions, completions, llama.cpp's /completion: `data:` lines
-    RESPONSES = "responses"  # /v1/responses: typed `event:` lines
-    ANTHROPIC = "anthropic"  # /v1/messages: typed `event:` lines, `ping` for keep-alive
-    OLLAMA = "ollama"  # Ollama's /api/chat, /api/generate: a JSON object per line; its `Reply` frames heartbeats
-
-
-_DIALECTS = {
-    "/v1/chat/completions": Dialect.OPENAI,
-    "/v1/completions": Dialect.OPENAI,
-    "/completion": Dialect.OPENAI,
-    "/infill": Dialect.OPENAI,
-    "/v1/responses": Dialect.RESPONSES,
-    "/v1/messages": Dialect.ANTHROPIC,
-}
 
 _HEARTBEATS = {
     Dialect.OPENAI: b": keep-alive\n\n",
@@ -53,12 +35,7 @@ def stream_dialect(path: str, document: dict | None) -> Dialect | None:
     """The dialect of a request that asked for an event stream; None for everything else."""
     if document is None or document.get("stream") is not True:
         return None
-    return _DIALECTS.get(path.split("?", 1)[0])
-
-
-def dialect_of(path: str) -> Dialect:
-    """The dialect an event stream on `path` speaks (OpenAI's where the route has none of its own)."""
-    return _DIALECTS.get(path.split("?", 1)[0], Dialect.OPENAI)
+    return route_dialect(path)
 
 
 def error_event(message: str, dialect: Dialect = Dialect.OPENAI, status: int = 502) -> bytes:

@@ -123,12 +123,16 @@ def model_records(
     state_of: Callable[[str], State],
     created: int,
     active_pins: dict[str, str] | None,
+    aliases: bool | None = None,
 ) -> list[dict[str, Any]]:
-    """Local models (not `unlisted`), each followed by its aliases with `includeAliasesInList`;
-    then selectors (not `unlisted`) and the active profile's pins no other name takes.
+    """Local models (not `unlisted`), each followed by its aliases with `includeAliasesInList`
+    (or as `aliases` says: OpenAI's retrieve finds an alias's record either way); then selectors
+    (not `unlisted`) and the active profile's pins no other name takes.
 
     Peers' models are the caller's (their status is the peers' health).
     """
+    if aliases is None:
+        aliases = config.include_aliases_in_list
     data = []
     for model in config.models.values():
         if model.unlisted:
@@ -141,7 +145,7 @@ def model_records(
                   "metadata": model.metadata, "capabilities": model.capabilities}
         entry = record(model.id, internal=internal, **fields)
         data.append(entry)
-        if config.include_aliases_in_list:
+        if aliases:
             for alias in model.aliases:
                 if alias.strip():
                     aliased = record(alias, internal={"type": "alias", "modelID": model.id}, **fields)

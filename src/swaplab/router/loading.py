@@ -60,8 +60,9 @@ def stage_text(progress: dict) -> str:
         parts.append(f"{progress['percent']}% done")
     parts.append(f"{progress['elapsed_seconds']:.0f} s")
     if progress.get("stuck"):
-        parts.append(f"probably stuck: no output for {progress['silent_seconds']:.0f} s, "
-                     f"past twice its usual {progress['usual_seconds']:.0f} s")
+        usual = progress.get("usual_seconds")
+        parts.append(f"probably stuck: no output for {progress['silent_seconds']:.0f} s"
+                     + (f", past twice its usual {usual:.0f} s" if usual is not None else ", on a first load"))
     elif progress.get("eta_seconds") is not None:
         loads = progress["history"]
         parts.append(f"about {progress['eta_seconds']:.0f} s left (usually {progress['usual_seconds']:.0f} s, "

@@ -1,7 +1,9 @@
 """How the router's log lines look: llama-swap's `logTimeFormat` layouts and its one-line request log.
 
-`logTimeFormat` names one of Go's time layouts (`rfc3339`, `kitchen`, `stampmilli`, ...,
-case-insensitive); swaplab prints the time as Go would. `logRequests: true` turns on one
+Every line `swaplab serve` prints starts with the time. `logTimeFormat` names one of Go's
+time layouts (`rfc3339`, `kitchen`, `stampmilli`, ..., case-insensitive), and swaplab prints
+the time as Go would; unset (or `""`) it is swaplab's `2026-12-07 17:40:22`, local time
+(llama-swap prints none then), and `none` prints none. `logRequests: true` turns on one
 line per request in llama-swap's access-log format.
 """
 
@@ -36,14 +38,18 @@ LAYOUTS = {
     "stampmicro": "Jan _2 15:04:05.000000",
     "stampnano": "Jan _2 15:04:05.000000000",
 }
+DEFAULT_LAYOUT = "2006-01-02 15:04:05"
+"""The console's time when `logTimeFormat` is unset or "": local time to the second, as Go's layout."""
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
 
 
 def layout_of(name: str) -> str | None:
-    """The Go layout `logTimeFormat` names (trimmed, any case); None for "" or a name llama-swap does not know."""
-    return LAYOUTS.get(name.strip().lower())
+    """The Go layout `logTimeFormat` names (trimmed, any case): `DEFAULT_LAYOUT` for "" (unset);
+    None, no time, for `none` or a name llama-swap does not know (the config warns of those)."""
+    name = name.strip().lower()
+    return LAYOUTS.get(name) if name else DEFAULT_LAYOUT
 
 
 def _offset(when: datetime.datetime, colon: bool, zulu: bool) -> str:
@@ -103,24 +109,29 @@ def format_go_time(layout: str, when: datetime.datetime, nanosecond: int | None 
     return "".join(out)
 
 
+def console_time(log_time_format: str, created: float) -> str:
+    """What a console line written at `created` (a Unix time) starts with: its local time in the
+    layout `logTimeFormat` names, and a space; "" when it names none."""
+    layout = layout_of(log_time_format)
+    if layout is None:
+        return ""
+    return format_go_time(layout, datetime.datetime.fromtimestamp(created).astimezone()) + " "
+
+
 class GoTimeFormatter(logging.Formatter):
-    """swaplab's log line with its time written in a Go layout; no time at all for a layout of None."""
+    """swaplab's log line (`LEVEL logger: message`) after its time (`console_time`)."""
 
-    def __init__(self, layout: str | None):
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s" if layout else
-                         "%(levelname)s %(name)s: %(message)s")
-        self.layout = layout
+    def __init__(self, log_time_format: str):
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+        self.log_time_format = log_time_format
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        assert self.layout is not None
-        when = datetime.datetime.fromtimestamp(record.created).astimezone()
-        return format_go_time(self.layout, when)
+    def format(self, record: logging.LogRecord) -> str:
+        return console_time(self.log_time_format, record.created) + super().format(record)
 
 
 def console_formatter(log_time_format: str) -> logging.Formatter:
-    """The console's formatter: the time in the layout `logTimeFormat` names; none when it names
-    none (unset, `""`, or a name llama-swap does not know), as in llama-swap."""
-    return GoTimeFormatter(layout_of(log_time_format))
+    """The console's formatter: the time in the layout `logTimeFormat` names (`layout_of`)."""
+    return GoTimeFormatter(log_time_format)
 
 
 def go_duration(seconds: float) -> str:

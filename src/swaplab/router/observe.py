@@ -2,10 +2,12 @@
 
 The relay calls `on_chunk` for every chunk it forwards, so that call only notes the
 time and keeps a reference to the chunk in a bounded window; nothing is parsed until
-`finish`. Token counts live in the upstream's own accounting, which servers send at
-the end (OpenAI `usage`, llama.cpp `timings`) or, for Anthropic streams, split
-between the first event (input) and the last (output). So the observation keeps the
-first few KiB and the last few KiB of the body and looks there, once.
+`finish`, but for one search of a stream's bytes per chunk until its first content event
+(`firsttoken.first_content`): TTFT is the first token's time, never that of a comment, a ping or a
+role-only prelude the backend sent while it prefilled. Token counts live in the upstream's
+own accounting, which servers send at the end (OpenAI `usage`, llama.cpp `timings`) or, for
+Anthropic streams, split between the first event (input) and the last (output). So the
+observation keeps the first few KiB and the last few KiB of the body and looks there, once.
 
 A request being captured (`captureBuffer`) costs the relay nothing more per chunk: the
 chunks that leave the last-KiB window are kept (by reference) in its `PendingCapture`
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from swaplab.results.activity import ActivityRecord
 from swaplab.router.captures import Capture, CaptureStore, PendingCapture
+from swaplab.router.firsttoken import CONTENT_MARKER_BYTES, first_content
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -67,7 +71,8 @@ class RequestObservation:
         "model", "path", "peer", "requested_model", "on_end", "time", "status", "streamed",
         "request_headers", "session_headers", "capture_id", "pending", "response", "metadata", "waited_for", "context_claim",
         "content_type", "sent_bytes", "upstream", "cancelled", "flight",
-        "_record", "_started", "_first_at", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes", "_gap",
+        "_record", "_started", "_first_at", "_seek", "_carry", "_last_at", "_head", "_head_bytes", "_tail", "_tail_bytes",
+        "_gap",
         "_ended_at", "_completed", "_disconnected", "_error",
     )
 
@@ -123,6 +128,10 @@ class RequestObservation:
         self._disconnected = False
         self._error: str | None = None
         self._first_at: float | None = None
+        """When the stream's first content event arrived (None before it, and for a body that is not a stream)."""
+        self._seek: Callable[[bytes], re.Match[bytes] | None] | None = None
+        """What finds a content event in a stream's bytes, until the first is found; None then, and for a body."""
+        self._carry = b""  # the last bytes searched, for a marker cut in two by a chunk's edge
         self._last_at = 0.0
         self._head: list[bytes] = []
         self._head_bytes = 0
@@ -185,12 +194,20 @@ class RequestObservation:
         self.status = status
         self.content_type = content_type
         self.streamed = content_type in STREAMING_TYPES
+        if self.streamed:
+            self._seek = first_content(self.path, content_type).search
+
+    def upstream_route(self, path: str) -> None:
+        """The upstream's route is not the client's (a translated request): its stream is read in its dialect."""
+        if self.streamed:
+            self._seek = first_content(path, self.content_type).search
 
     def on_chunk(self, data: bytes) -> None:
         """One chunk of the body, as relayed (called on the hot path: keep it trivial)."""
         now = time.perf_counter()
-        if self._first_at is None:
-            self._first_at = now
+        seek = self._seek
+        if seek is not None:  # a stream before its first content event
+            self._look_for_content(seek, data, now)
         self._last_at = now
         self._tail.append(data)
         size = len(data)
@@ -198,6 +215,16 @@ class RequestObservation:
         self.sent_bytes += size
         if self._tail_bytes > 2 * TAIL_BYTES:
             self._trim()
+
+    def _look_for_content(self, seek: Callable[[bytes], re.Match[bytes] | None], data: bytes, now: float) -> None:
+        # One search of the new bytes (and the few before them) per chunk, only until the first content.
+        window = self._carry + data if self._carry else data
+        if seek(window) is None:
+            self._carry = window[-CONTENT_MARKER_BYTES:]
+            return
+        self._first_at = now
+        self._seek = None
+        self._carry = b""
 
     def on_body(self, data: bytes) -> None:
         """A whole non-streamed body at once."""

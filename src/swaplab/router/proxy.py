@@ -20,9 +20,10 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from swaplab.config.model import Timeouts
-from swaplab.router.keepalive import KeepAlive, dialect_of, error_event
+from swaplab.router.dialect import dialect_of
+from swaplab.router.keepalive import KeepAlive, error_event
 from swaplab.router.observe import RequestObservation
-from swaplab.router.reply import stream_response
+from swaplab.router.reply import send_whole, stream_response
 from swaplab.router.reshape import Reshape
 from swaplab.router.wire import WireError, WirePool, WireResponse, open_wire, set_keepalive
 
@@ -223,6 +224,7 @@ async def relay(
     observation: RequestObservation | None = None,
     keepalive: KeepAlive | None = None,
     explain_break: Callable[[], Awaitable[str]] | None = None,
+    explain_error: ExplainError | None = None,
 ) -> tuple[web.StreamResponse, bool]:
     """Copy the upstream's response to the client as it arrives; close the upstream on any exit.
 
@@ -232,7 +234,9 @@ async def relay(
     if it already committed an event stream, the upstream's events continue it (and an
     upstream that answers anything but an event stream ends it with an error event);
     otherwise it may still beat into the upstream's own event stream until the first
-    chunk. `explain_break` says, in the router's words, why an upstream broke off.
+    chunk. `explain_break` says, in the router's words, why an upstream broke off;
+    `explain_error` may add what to change to a small error answer (`contextlimit`), which
+    is then read whole: a success never meets it.
     """
     content_type = upstream.content_type
     is_event_stream = content_type == "text/event-stream"
@@ -249,6 +253,8 @@ async def relay(
             answer = await upstream.content.read(4096)
             if observation is not None:
                 observation.on_chunk(answer)
+            if explain_error is not None:
+                answer = explain_error(upstream.status, answer) or answer
             failure = f"the backend answered HTTP {upstream.status}: {_error_text(answer)}"
             event = error_event(failure, dialect, upstream.status)
             if observation is not None:
@@ -256,6 +262,9 @@ async def relay(
             await response.write(event)
             await response.write_eof()
             return response, False
+        whole = None
+        if explain_error is not None and response is None and upstream.status >= 400:
+            whole = await _read_error(upstream, explain_error)
         if response is None:
             response = stream_response(request, status=upstream.status, reason=upstream.reason)
             for key, value in upstream.headers.items():
@@ -263,7 +272,7 @@ async def relay(
                     response.headers.add(key, value)
             response.headers["X-Accel-Buffering"] = "no"
             if upstream.content_length is not None:
-                response.content_length = upstream.content_length
+                response.content_length = upstream.content_length if whole is None else len(whole)
             if keepalive is not None:
                 keepalive.hold()
             # The headers go out with the body's first bytes (or a heartbeat, or the end), in one
@@ -281,7 +290,7 @@ async def relay(
                     await keepalive.stop()
         content = upstream.content
         try:
-            chunk = await content.readany()
+            chunk = await content.readany() if whole is None else whole
             if keepalive is not None and not keepalive.quiet():
                 await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
             last = b""
@@ -349,6 +358,23 @@ async def relay(
 # An upstream's error answer is read this far for its message.
 ERROR_BODY_BYTES = 64 * 1024
 
+ExplainError = Callable[[int, bytes], bytes | None]
+"""Given an upstream's error status and body, the body with what to change added, or None to keep it."""
+
+
+async def _read_error(upstream: aiohttp.ClientResponse | WireResponse, explain_error: ExplainError) -> bytes | None:
+    """A small error answer of known length, read whole and given as `explain_error` rephrases it (else as
+    it came); None when it is large, unsized or encoded (relayed as it comes), or broke off (the relay
+    then meets the break as any other)."""
+    length = upstream.content_length
+    if length is None or length > ERROR_BODY_BYTES or upstream.headers.get("Content-Encoding", "identity") != "identity":
+        return None
+    try:
+        body = await upstream.content.read()
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+        return None
+    return explain_error(upstream.status, body) or body
+
 
 async def relay_reshaped(
     request: web.Request,
@@ -357,6 +383,7 @@ async def relay_reshaped(
     observation: RequestObservation | None = None,
     keepalive: KeepAlive | None = None,
     explain_break: Callable[[], Awaitable[str]] | None = None,
+    explain_error: ExplainError | None = None,
 ) -> tuple[web.StreamResponse, bool]:
     """`relay`, with the client's reply in another API's shape (`reshape`), e.g. Ollama's over OpenAI's.
 
@@ -368,6 +395,7 @@ async def relay_reshaped(
     content_type = upstream.content_type
     if observation is not None:
         observation.on_headers(upstream.status, content_type)
+        observation.upstream_route(upstream.url.path)
     completed = disconnected = False
     failure = None
     response: web.StreamResponse | None = keepalive.response if keepalive is not None else None
@@ -379,13 +407,13 @@ async def relay_reshaped(
             answer = await upstream.content.read(ERROR_BODY_BYTES)
             if observation is not None:
                 observation.on_chunk(answer)
+            if explain_error is not None and upstream.status >= 400:
+                answer = explain_error(upstream.status, answer) or answer
             failure = f"the backend answered HTTP {upstream.status}: {_error_text(answer)}"
             if response is None:
                 status = upstream.status if upstream.status >= 400 else 502
-                response = reshape.error_response(status, _error_text(answer) if upstream.status >= 400 else failure)
-                await response.prepare(request)
-                await response.write_eof()
-                return response, False
+                whole = reshape.error_response(status, _error_text(answer) if upstream.status >= 400 else failure)
+                return await send_whole(request, whole.status, whole.body, whole.content_type), False  # type: ignore[arg-type]
             event = reshape.error(failure)
             if observation is not None:
                 observation.wrote(event)
@@ -427,10 +455,8 @@ async def relay_reshaped(
             else:
                 failure = "the upstream broke off mid-response"
             if response is None:
-                response = reshape.error_response(502, failure)
-                await response.prepare(request)
-                await response.write_eof()
-                return response, False
+                whole = reshape.error_response(502, failure)
+                return await send_whole(request, whole.status, whole.body, whole.content_type), False  # type: ignore[arg-type]
             event = reshape.error(failure)
             if observation is not None:
                 observation.wrote(event)
@@ -439,11 +465,11 @@ async def relay_reshaped(
             return response, False
         tail = reshape.finish()
         if response is None:
-            response = web.Response(body=tail, status=reshape.status, headers={"Content-Type": reshape.content_type})
-            await response.prepare(request)
-        elif tail:
-            await response.write(tail)
-        await response.write_eof()
+            response = await send_whole(request, reshape.status, tail, reshape.content_type)
+        else:
+            if tail:
+                await response.write(tail)
+            await response.write_eof()
         completed = True
         return response, True
     except (asyncio.CancelledError, ConnectionResetError):

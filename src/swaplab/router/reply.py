@@ -233,6 +233,18 @@ def stream_response(
     return web.StreamResponse(status=status, reason=reason, headers=headers)
 
 
+async def send_whole(
+    request: web.BaseRequest | LaneRequest, status: int, body: bytes, content_type: str
+) -> web.StreamResponse:
+    """A whole answer the router made (a translated reply, an error in a route's shape), sent through the
+    request's own kind of response, as `stream_response`."""
+    response = stream_response(request, status=status, headers={"Content-Type": content_type})
+    response.content_length = len(body)
+    await response.prepare(request)  # type: ignore[arg-type]
+    await response.write_eof(body)
+    return response
+
+
 def head_bytes(status: int, reason: str, headers: CIMultiDict[str], server: bool = True) -> bytes:
     """The status line and headers of an HTTP/1.1 answer; a header holding a line break is refused (injection)."""
     lines = [f"HTTP/1.1 {status} {reason}\r\n"]

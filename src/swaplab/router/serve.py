@@ -15,6 +15,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,16 +23,15 @@ import platformdirs
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME, default_config_text
 from swaplab.catalog.live import add_catalog_routes
-from swaplab.config import config_sources, load_config_sources, load_config_text
+from swaplab.config import config_sources, load_config_sources, load_default_config
 from swaplab.config.model import Config
 from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
 from swaplab.fleet.logs import LogLine
 from swaplab.router.app import Router
 from swaplab.router.lane import LANE_ENV, LaneServer, lane_enabled
-from swaplab.router.logformat import console_formatter, log_safe, request_log
+from swaplab.router.logformat import console_formatter, console_time, log_safe, request_log
 
 log = logging.getLogger("swaplab.router")
 
@@ -53,7 +53,7 @@ def load(config_path: str | None, port: int, notes: str | None = None, config_di
     if config_path or config_dir:
         config = load_config_sources(config_path, config_dir)
     else:
-        config = load_config_text(default_config_text(start_port=port + 1), DEFAULT_CONFIG_NAME)
+        config = load_default_config(port)
     return dataclasses.replace(config, notes=notes) if notes else config
 
 
@@ -94,14 +94,15 @@ def _refused_request_in_one_line(record: logging.LogRecord) -> bool:
     return False
 
 
-def upstream_echo(log_to_stdout: str) -> Callable[[LogLine], None] | None:
-    """What prints the backends' output to stdout (`logToStdout: upstream` or `both`), or None."""
+def upstream_echo(log_to_stdout: str, log_time_format: str = "") -> Callable[[LogLine], None] | None:
+    """What prints the backends' output to stdout (`logToStdout: upstream` or `both`), each line
+    after the time the router read it (`logTimeFormat`), or None."""
     if log_to_stdout not in ("upstream", "both"):
         return None
 
     def echo(line: LogLine) -> None:
         if line.source != "router":  # the router's own lines reach stdout through logging, or not at all
-            sys.stdout.write(f"[{line.source}] {line.text}\n")
+            sys.stdout.write(f"{console_time(log_time_format, line.time)}[{line.source}] {line.text}\n")
             sys.stdout.flush()
 
     return echo
@@ -134,7 +135,7 @@ def serve(
             raise SwaplabError(f"--notes {notes}: no such folder")
         notes = os.path.abspath(notes)
     config = load(config_path, port, notes, config_dir)
-    hub = LogHub(echo=upstream_echo(config.log_to_stdout))
+    hub = LogHub(echo=upstream_echo(config.log_to_stdout, config.log_time_format))
     configure_logging(config, hub)
     for warning in config.warnings:
         log.warning("%s", warning)
@@ -213,7 +214,8 @@ async def _serve(
     watcher = loop.create_task(reloader.watch()) if watch and reloader.has_files else None
     settle_heap()
     models = ", ".join(config.models) or "(no local models)"
-    print(f"swaplab: listening on http://{host}:{port} ({config.path}: {models})", flush=True)
+    started = console_time(config.log_time_format, time.time())
+    print(f"{started}swaplab: listening on http://{host}:{port} ({config.path}: {models})", flush=True)
     await stop.wait()
     log.info("stopping every backend, then exiting")
     if watcher is not None:

@@ -51,6 +51,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                             ("--enable-memory-saver", "SGLang: releases free memory"),
                             ("--enable-weights-cpu-backup", "SGLang: the weights come back on resume")):
         sim.add_argument(switch, action="store_true", help=engines)
+    sim.add_argument("--sse-ping-interval", type=float, metavar="SECONDS",
+                     help="llama.cpp: a ':' comment into a stream silent this long (its prefill); -1: none "
+                          "(default: LLAMA_ARG_SSE_PING_INTERVAL, else 30; fractions allowed)")
     sim.add_argument("--disable-auth", choices=("true", "false"), default="false",
                      help="TabbyAPI: no keys (else from api_tokens.yml in the working folder, written when missing)")
     sim.add_argument("--memory-gib", type=float, default=1.0,
@@ -128,6 +131,7 @@ def main(args: argparse.Namespace) -> int:
             slot_save_path=args.slot_save_path,
             slot_fault=args.slot_fault,
             timings=args.timings,
+            sse_ping_interval=args.sse_ping_interval,
         )
     )
 

@@ -36,6 +36,7 @@ class EngineSettings(Protocol):
     api_key: str | None
     admin_api_key: str | None
     switches: frozenset[str]
+    sse_ping_interval: float | None
 
 
 ENGINE_SWITCHES = (
@@ -51,6 +52,8 @@ def contract_flags(facts: Contract) -> frozenset[str]:
     if facts.auth.admin is not None:
         flags |= set(facts.auth.admin.flags)
     flags |= set(getattr(facts.auth, "disable_flags", None) or ())
+    if facts.stream.ping is not None:
+        flags |= set(facts.stream.ping.flags)
     if facts.sleep is not None:
         flags |= set(facts.sleep.requires.flags)
         if facts.sleep.weights_back_requires is not None:
@@ -65,7 +68,7 @@ def check_settings(settings: EngineSettings) -> Contract | None:
     """The engine's contract, once the engine flags given are ones it has; None for the generic sim."""
     given = [flag for flag, value in (
         ("--served-model-name", settings.served_model_names), ("--api-key", settings.api_key),
-        ("--admin-api-key", settings.admin_api_key),
+        ("--admin-api-key", settings.admin_api_key), ("--sse-ping-interval", settings.sse_ping_interval is not None),
     ) if value] + sorted(settings.switches)
     if settings.engine == "generic":
         if given:
@@ -124,6 +127,8 @@ class Personality:
         self.environ = dict(os.environ if environ is None else environ)
         self.keys = engine_keys(settings, facts, self.environ, workdir or Path.cwd())
         self.served = settings.served_model_names or (settings.model,)
+        self.ping_seconds = _ping_seconds(settings, facts, self.environ)
+        """The server's ping interval (0 or less: none), for requests that do not set their own."""
 
     # -- routes ------------------------------------------------------------
 
@@ -153,6 +158,21 @@ class Personality:
             return None
         body = _fill(refused.body, model=model, served_names=", ".join(self.served))
         return web.json_response(body, status=refused.status)
+
+    # -- streams -----------------------------------------------------------
+
+    def ping_interval(self, body: Mapping[str, Any]) -> float:
+        """Seconds of silence after which a stream gets the engine's ping (llama.cpp's `sse_ping_interval`):
+        the request's own value, else the server's; 0 or less: none. Raises ValueError, with the message
+        to answer, for a request's value the engine refuses."""
+        ping = self.facts.stream.ping
+        asked = body.get(ping.request_field) if ping is not None and ping.request_field else None
+        if asked is None:
+            return self.ping_seconds
+        # The engine reads whole seconds; the sim takes fractions, so a test can wait milliseconds.
+        if isinstance(asked, bool) or not isinstance(asked, (int, float)) or asked < -1:
+            raise ValueError(f"'{ping.request_field}' must be a number of seconds, or -1 for no pings")  # type: ignore[union-attr]
+        return float(asked)
 
     # -- keys --------------------------------------------------------------
 
@@ -189,6 +209,23 @@ class Personality:
         if path in admin_routes:
             return sent == self.keys.api
         return not self.keys.api or sent == self.keys.api
+
+
+def _ping_seconds(settings: EngineSettings, facts: Contract, environ: Mapping[str, str]) -> float:
+    """The ping interval as the engine reads it: its flag, else its environment, else its default."""
+    ping = facts.stream.ping
+    if ping is None:
+        return 0.0
+    if settings.sse_ping_interval is not None:
+        return settings.sse_ping_interval
+    for name in ping.env:
+        value = environ.get(name)
+        if value:
+            try:
+                return float(value)
+            except ValueError:
+                raise SwaplabError(f"sim: {name}={value!r} is not a number of seconds") from None
+    return ping.default_seconds
 
 
 def _bearer(value: str) -> str:

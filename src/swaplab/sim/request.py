@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from swaplab.sim.script import Script, ScriptedReply
@@ -11,12 +11,30 @@ from swaplab.sim.tokens import prompt_words
 if TYPE_CHECKING:
     from aiohttp import web
 
-# "messages" is Anthropic's Messages API (/v1/messages); the others are OpenAI's.
-Kind = Literal["chat", "completion", "messages"]
+# "messages" is Anthropic's Messages API (/v1/messages); the others are OpenAI's
+# ("responses" its Responses API, /v1/responses).
+Kind = Literal["chat", "completion", "messages", "responses"]
+
+# What a Responses answer repeats of its request, when the request gives it (vLLM's
+# ResponsesResponse.from_request, vllm/entrypoints/openai/responses/protocol.py:1001-1068);
+# swaplab.sim.responses fills in vLLM's defaults for the rest.
+RESPONSE_ECHOES = (
+    "instructions", "metadata", "parallel_tool_calls", "temperature", "tool_choice", "tools", "top_p",
+    "max_tool_calls", "previous_response_id", "prompt_cache_options", "prompt_cache_key",
+    "prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "text", "truncation", "user",
+    "presence_penalty", "frequency_penalty",
+)
 
 
 class BadRequest(Exception):
-    """A request body the sim cannot serve; the message goes back to the client as a 400."""
+    """A request body the sim cannot serve; the message goes back to the client as a 400.
+
+    `param` names the field at fault where the engine's answer says it (the Responses API's `param`).
+    """
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -40,12 +58,15 @@ class Plan:
     id_slot: int | None = None  # llama.cpp's `id_slot`: the slot the request asks for; None (or -1): any
     cache_tokens: int = 0  # prompt tokens the slot already held (llama.cpp's `timings.cache_n`), set once a slot is chosen
     timings: bool = False  # whether the answer carries llama.cpp's `timings` (`--timings`, or any slot flag)
+    # A Responses request's own settings its answer repeats (RESPONSE_ECHOES given, and the
+    # `max_output_tokens` in force); empty for the other kinds.
+    echoes: dict[str, Any] = field(default_factory=dict)
 
 
 def plan_request(
     kind: Kind, body: Any, *, default_model: str, default_max_tokens: int, script: Script | None = None
 ) -> Plan:
-    """Read a chat, completions or Messages request body; raises BadRequest on a malformed one.
+    """Read a chat, completions, Messages or Responses request body; raises BadRequest on a malformed one.
 
     With a `script`, a chat request it has a reply for gets that reply, whatever its limit.
     """
@@ -60,6 +81,10 @@ def plan_request(
     elif kind == "messages":
         prompt = messages_prompt(body)
         limit_keys = ("max_tokens",)
+    elif kind == "responses":
+        check_responses_body(body)
+        prompt = responses_prompt(body)
+        limit_keys = ("max_output_tokens",)
     else:
         if "prompt" not in body:
             raise BadRequest("'prompt' is required")
@@ -91,6 +116,10 @@ def plan_request(
     if id_slot is not None and (isinstance(id_slot, bool) or not isinstance(id_slot, int) or id_slot < -1):
         raise BadRequest("'id_slot' must be a slot id, or -1 for any slot")
 
+    echoes = {} if kind != "responses" else {
+        **{name: body[name] for name in RESPONSE_ECHOES if body.get(name) is not None},
+        "max_output_tokens": completion_tokens,
+    }
     return Plan(
         kind=kind,
         model=model or default_model,
@@ -102,6 +131,7 @@ def plan_request(
         reply=reply,
         prompt=tuple(prompt),
         id_slot=None if id_slot in (None, -1) else id_slot,
+        echoes=echoes,
     )
 
 
@@ -125,6 +155,69 @@ def messages_prompt(body: Any) -> list[str]:
     system = body.get("system")
     system_words = [] if system is None else _content_words(system, "'system'")
     return system_words + [word for message in messages for word in _message_words(message)]
+
+
+def responses_prompt(body: dict[str, Any]) -> list[str]:
+    """The prompt of an OpenAI Responses body as the sim's tokens: the words of `instructions`, then of
+    `input`: a string, or items (messages with string content or text parts, function call outputs)."""
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise BadRequest("'instructions' must be a string", param="body.instructions")
+    words = prompt_words(instructions) if instructions else []
+    items = body.get("input")
+    if items is None:
+        raise BadRequest("'input' is required: a string or a list of input items", param="body.input")
+    if isinstance(items, str):
+        return words + prompt_words(items)
+    if not isinstance(items, list):
+        raise BadRequest("'input' must be a string or a list of input items", param="body.input")
+    for item in items:
+        if not isinstance(item, dict):
+            raise BadRequest("each 'input' item must be an object", param="body.input")
+        # A tool's result reads as chat's tool message does: its text counts; a call's arguments do not.
+        if item.get("type") == "function_call_output" and isinstance(item.get("output"), str):
+            words += prompt_words(item["output"])
+        elif item.get("content") is not None:
+            try:
+                words += _content_words(item["content"], "an input item's 'content'")
+            except BadRequest as bad:
+                raise BadRequest(str(bad), param="body.input") from None
+    return words
+
+
+def check_responses_body(body: dict[str, Any]) -> None:
+    """Refuse what vLLM refuses of a Responses body beyond its prompt (each check with its origin)."""
+    for name, kind in (("model", str), ("stream", bool)):
+        if body.get(name) is not None and not isinstance(body[name], kind):
+            raise BadRequest(f"'{name}' must be a {'string' if kind is str else 'boolean'}", param=f"body.{name}")
+    limit = body.get("max_output_tokens")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise BadRequest("'max_output_tokens' must be an integer", param="body.max_output_tokens")
+    if limit is not None and limit < 1:
+        # The limit becomes SamplingParams' max_tokens, which wants one token at least (vllm/sampling_params.py:695-700).
+        raise BadRequest(f"max_tokens must be at least 1, got {limit}.", param="max_tokens")
+    if body.get("prompt") is not None:  # vllm/entrypoints/openai/responses/protocol.py:694-703
+        raise BadRequest("prompt template is not supported", param="prompt")
+    if body.get("background"):
+        # Background mode needs `store` (protocol.py:680-692) and the response store, which vLLM keeps
+        # off unless VLLM_ENABLE_RESPONSES_API_STORE=1 (vllm/entrypoints/openai/responses/serving.py:264-277).
+        if not body.get("store", True):
+            raise BadRequest("background can only be used when `store` is true", param="background")
+        raise BadRequest(
+            "This vLLM engine does not support `store=True` and therefore does not support the background mode. "
+            "To enable these features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when "
+            "launching the vLLM server.", param="background")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise BadRequest("'tools' must be a list", param="body.tools")
+    # protocol.py:865-903: tool_choice "required" or a named tool needs that tool in `tools`.
+    choice = body.get("tool_choice")
+    if choice == "required" and not tools:
+        raise BadRequest("Tool choice 'required' must be specified with 'tools' parameter.", param="tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in ("function", "custom"):
+        names = {tool.get("name") for tool in tools or () if isinstance(tool, dict)}
+        if choice.get("name") not in names:
+            raise BadRequest("Tool choice 'function' not found in 'tools' parameter.", param="tool_choice")
 
 
 def _requested_limit(body: dict[str, Any], keys: tuple[str, ...]) -> int | None:

@@ -15,15 +15,17 @@ import sys
 import time
 import zlib
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
 from swaplab.errors import SwaplabError
-from swaplab.sim import chunks, messages
+from swaplab.sim import chunks, messages, responses
 from swaplab.sim.chunks import StreamEncoder, whole_answer
 from swaplab.sim.messages import MessagesStreamEncoder, whole_message
+from swaplab.sim.responses import ResponsesStreamEncoder, whole_response
 from swaplab.sim.request import BadRequest, Kind, Plan, json_body, messages_prompt_tokens, plan_request
 from swaplab.sim.personality import Personality
 from swaplab.sim.personality import check_settings as check_engine_settings
@@ -48,7 +50,9 @@ UNPACED_YIELD_EVERY = 16
 SLEEPERS: dict[str, type[Sleeper]] = {"vllm": VllmSleeper, "sglang": SglangSleeper, "tabby": TabbySleeper}
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-ID_PREFIXES: dict[Kind, str] = {"chat": "chatcmpl-sim", "completion": "cmpl-sim", "messages": "msg_sim"}
+ID_PREFIXES: dict[Kind, str] = {
+    "chat": "chatcmpl-sim", "completion": "cmpl-sim", "messages": "msg_sim", "responses": "resp_sim",
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class SimSettings:
     slot_save_path: str | None = None  # where /slots/{id}?action=save writes; None: save and restore refused
     slot_fault: SlotFault = "none"
     timings: bool = False  # llama.cpp's `timings` (prompt_n, cache_n) in answers; implied by the slot flags
+    sse_ping_interval: float | None = None  # llama.cpp's --sse-ping-interval; None: its environment, else default
 
     def __post_init__(self) -> None:
         for name in (
@@ -126,6 +131,8 @@ class Sim:
         self._idle.set()
         facts = check_engine_settings(settings)
         self._personality = Personality(settings, facts) if facts is not None else None
+        # What the engine writes into a stream that stays silent (llama.cpp's ":" comment); b"": nothing.
+        self._ping = facts.stream.ping.event.encode() if facts is not None and facts.stream.ping is not None else b""
         sleeper = SLEEPERS.get(settings.engine)
         self._sleeper: Sleeper | None = (
             sleeper(settings, workload=self, facts=facts)
@@ -161,6 +168,7 @@ class Sim:
             web.post("/v1/chat/completions", self._chat),
             web.post("/v1/completions", self._completions),
             web.post("/v1/messages", self._messages),
+            web.post("/v1/responses", self._responses),
             web.post("/v1/messages/count_tokens", self._count_tokens),
             web.get("/health", self._health),
             web.get("/v1/models", self._models),
@@ -271,9 +279,12 @@ class Sim:
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, "messages")
 
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "responses")
+
     async def _generate(self, request: web.Request, kind: Kind) -> web.StreamResponse:
         started = self._loop.time()
-        error = _anthropic_error if kind == "messages" else _openai_error
+        error = partial(_error_answer, kind)
         if not self.is_ready():
             return error(503, self._loading_message())
         try:
@@ -294,10 +305,14 @@ class Sim:
                 script=self.settings.script,
             )
         except BadRequest as bad:
-            return error(400, str(bad))
+            return error(400, str(bad), bad.param)
         refused = self._personality.unknown_model(body.get("model")) if self._personality is not None else None
         if refused is not None:
             return refused
+        try:
+            ping_every = self._personality.ping_interval(body) if self._personality is not None else 0.0
+        except ValueError as bad:
+            return error(400, str(bad))
         if self._sleeper is not None:
             # vLLM asleep or SGLang paused: the request waits for the scheduler; TabbyAPI unloaded: refused.
             refused = await self._sleeper.admit(body)
@@ -328,7 +343,7 @@ class Sim:
                 response = web.StreamResponse(headers=SSE_HEADERS)
                 try:
                     await response.prepare(request)
-                    await self._stream(response, plan, request_id, created, started, self._abort_epoch)
+                    await self._stream(response, plan, request_id, created, started, self._abort_epoch, ping_every)
                     finished = True
                 except ConnectionResetError:
                     pass  # aiohttp finishes a response whose client left quietly
@@ -342,6 +357,8 @@ class Sim:
             finished = True
             if kind == "messages":
                 return web.json_response(whole_message(plan, request_id))
+            if kind == "responses":
+                return web.json_response(whole_response(plan, request_id, created))
             return web.json_response(whole_answer(plan, request_id, created))
         finally:
             # A slot keeps the answer of a request that finished; of one cut short, only its prompt.
@@ -355,14 +372,19 @@ class Sim:
                 stats.cancelled += 1
 
     async def _stream(
-        self, response: web.StreamResponse, plan: Plan, request_id: str, created: int, started: float, epoch: int
+        self, response: web.StreamResponse, plan: Plan, request_id: str, created: int, started: float, epoch: int,
+        ping_every: float = 0.0,
     ) -> None:
-        def encoder_of(plan: Plan) -> StreamEncoder | MessagesStreamEncoder:
+        def encoder_of(plan: Plan) -> StreamEncoder | MessagesStreamEncoder | ResponsesStreamEncoder:
             if plan.kind == "messages":
                 return MessagesStreamEncoder(plan, request_id)
+            if plan.kind == "responses":
+                return ResponsesStreamEncoder(plan, request_id, created)
             return StreamEncoder(plan, request_id, created)
 
         encoder = encoder_of(plan)
+        if isinstance(encoder, ResponsesStreamEncoder):
+            await response.write(encoder.preamble())  # vLLM's response.created and .in_progress: before any token
         opening = encoder.opening()  # goes out with the first token: it is part of TTFT
         # A scripted reply (chat only) has its events built up front, one per word; the usual answer's go on the fly.
         scripted = (
@@ -372,6 +394,8 @@ class Sim:
         )
         count = len(scripted) if scripted is not None else plan.completion_tokens
         for index in range(count):
+            if ping_every > 0:
+                await self._ping_until(response, self._due(started, index), ping_every)
             if not await self._next_token(started, index, epoch):
                 # Aborted by the engine (a vLLM sleep, a TabbyAPI unload): it ends here, saying so.
                 encoder = encoder_of(replace(plan, finish_reason="abort", completion_tokens=index))
@@ -382,6 +406,8 @@ class Sim:
             self._count_token()
         closing = encoder.closing()
         if count == 0:
+            if ping_every > 0:
+                await self._ping_until(response, self._due(started, 0), ping_every)
             await self._pace(started, 0)
             closing = opening + closing
         await response.write(closing)
@@ -396,9 +422,20 @@ class Sim:
                 await self._sleeper.flowing.wait()
         return self._abort_epoch == epoch
 
+    def _due(self, started: float, index: int) -> float:
+        """When output token `index` of a request received at `started` is due (the loop's clock)."""
+        return started + self._ttft + index * self._interval
+
+    async def _ping_until(self, response: web.StreamResponse, due: float, every: float) -> None:
+        """A ping after every `every` seconds of silence until `due`, as llama.cpp's server writes its
+        `sse_ping_interval` comments: during a long prefill, and between tokens slower than that."""
+        while due - self._loop.time() > every:
+            await asyncio.sleep(every)
+            await response.write(self._ping)
+
     async def _pace(self, started: float, index: int) -> None:
         # Against a deadline, not by cumulative sleeps, so a stream never drifts.
-        delay = started + self._ttft + index * self._interval - self._loop.time()
+        delay = self._due(started, index) - self._loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
         elif index % UNPACED_YIELD_EVERY == UNPACED_YIELD_EVERY - 1:
@@ -526,6 +563,15 @@ def _openai_error(status: int, message: str) -> web.Response:
 
 def _anthropic_error(status: int, message: str) -> web.Response:
     return web.json_response(messages.error_body(status, message), status=status)
+
+
+def _error_answer(kind: Kind, status: int, message: str, param: str | None = None) -> web.Response:
+    """An error in the wire format of the request's kind; `param` where the format names the field (Responses)."""
+    if kind == "messages":
+        return _anthropic_error(status, message)
+    if kind == "responses":
+        return web.json_response(responses.error_body(status, message, param), status=status)
+    return _openai_error(status, message)
 
 
 async def _replay_startup(settings: SimSettings, stop: asyncio.Event) -> bool:

@@ -117,7 +117,7 @@ class OllamaApi:
             if chat:
                 path, body = CHAT_PATH, chat_request(document, name, True)
             else:
-                path, body = generate_request(document, name, True)
+                path, body = generate_request(document, name, True, chat=self._chats(name))
         except BadRequest as error:
             return error_response(400, str(error))
         reply = ChatReply(requested, request.path, stream, keep_alive, generate=not chat)
@@ -185,6 +185,13 @@ class OllamaApi:
             document["response"] = ""
         document.update({"done": True, "done_reason": reason})
         return web.json_response(document)
+
+    def _chats(self, name: str) -> bool:
+        """False for a local model whose config says it does not chat (`Capabilities.chat`); a peer's model or a
+        selector's pick is the backend's to know."""
+        config = self.router.config
+        target = resolve(config, name)
+        return not isinstance(target, LocalTarget) or config.models[target.model_id].capabilities.chat is not False
 
     def _name(self, requested: str) -> str | None:
         """The router's name for an Ollama model name: as given, else without Ollama's default `:latest` tag."""

@@ -1,11 +1,12 @@
 """Ollama's request bodies as the OpenAI requests that mean the same, checked as they are read.
 
 Shapes are Ollama's (its docs/api.md and `api/types.go`): `/api/chat` and `/api/generate`
-become `/v1/chat/completions` (a raw `generate`: `/v1/completions`), `/api/embed` and
-`/api/embeddings` become `/v1/embeddings`. `options` map to the sampling parameters they
-name (llama.cpp's names where OpenAI has none); the load-time ones (`num_ctx`, `num_gpu`...)
-belong to the model's command in the config and are left out. `keep_alive` is read as
-Ollama reads it. Anything malformed raises `BadRequest` with what is wrong and where.
+become `/v1/chat/completions` (a raw `generate`, or one to a model that does not chat:
+`/v1/completions`), `/api/embed` and `/api/embeddings` become `/v1/embeddings`. `options`
+map to the sampling parameters they name (llama.cpp's names where OpenAI has none); the
+load-time ones (`num_ctx`, `num_gpu`...) belong to the model's command in the config and
+are left out. `keep_alive` is read as Ollama reads it. Anything malformed raises
+`BadRequest` with what is wrong and where.
 """
 
 from __future__ import annotations
@@ -185,22 +186,31 @@ def chat_request(document: Mapping[str, Any], upstream_model: str, stream: bool)
     return _common(out, document, stream)
 
 
-def generate_request(document: Mapping[str, Any], upstream_model: str, stream: bool) -> tuple[str, dict[str, Any]]:
-    """`/api/generate` as a chat turn (`system`, then the prompt and its images), or, `raw`, a completion."""
+def generate_request(
+    document: Mapping[str, Any], upstream_model: str, stream: bool, chat: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """`/api/generate` as a chat turn (`system`, then the prompt and its images); or a completion of the prompt
+    as it is, when `raw` or when the model does not chat (`chat` False: a base model, with no chat template)."""
     prompt = _optional_text(document, "prompt")
     system = _optional_text(document, "system")
     raw = document.get("raw") is True
     if document.get("suffix"):
         raise BadRequest("suffix (fill-in-the-middle) is not translated: send it to the model's own /infill "
                          "(POST /upstream/MODEL/infill with input_prefix and input_suffix)")
-    if document.get("template") and not raw:
+    if raw and (system or document.get("template")):  # Ollama's own 400 (server/routes.go GenerateHandler)
+        raise BadRequest("raw mode does not support template or system: the prompt is sent as it is, so write "
+                         "them into it")
+    if document.get("template"):
         raise BadRequest("template is not applied: the backend formats the prompt with the model's own chat "
                          "template; send the prompt already formatted with \"raw\": true instead")
     images = document.get("images")
-    if raw:
+    if raw or not chat:
         if images:
-            raise BadRequest("images need the model's chat template: send them without \"raw\": true")
-        out: dict[str, Any] = {"model": upstream_model, "prompt": (system + prompt) if system else prompt}
+            raise BadRequest("images need the model's chat template: send them without \"raw\": true" if raw else
+                             "images need a chat template, and this model's capabilities say it does not chat "
+                             "(no text in and text out in its config entry)")
+        # A model without a chat template drops `system`, as Ollama's default template (`{{ .Prompt }}`) does.
+        out: dict[str, Any] = {"model": upstream_model, "prompt": prompt}
         return COMPLETIONS_PATH, _common(out, document, stream, chat=False)
     messages: list[dict[str, Any]] = []
     if system:

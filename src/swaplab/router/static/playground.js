@@ -55,6 +55,12 @@ export function chatCapable(record) {
   return (architecture.input_modalities || []).includes("text") && (architecture.output_modalities || []).includes("text");
 }
 
+/** Whether a record declares text in and nothing out (`capabilities: {in: [text]}`): an embedding model. */
+export function embeddingCapable(record) {
+  const architecture = record.architecture || {};
+  return (architecture.input_modalities || []).includes("text") && !(architecture.output_modalities || []).length;
+}
+
 function field(label, control, hint = null) {
   return h("label", { class: "field" }, h("span", { class: "field-label" }, label, hint ? h("span", { class: "muted" }, hint) : null), control);
 }
@@ -145,6 +151,17 @@ export function createPlaygroundView() {
     const pool = chatty.length ? chatty : modelRecords;
     const first = pool.find((record) => live.get(record.id) === "ready") || pool[0];
     modelSelect.value = ids.includes(wanted) ? wanted : first ? first.id : "";
+  }
+
+  /** On a tab the chosen model cannot serve (Embeddings on a chat model, Chat on an embedding
+   * model), the first model that says it can, a ready one first; the user's own pick is kept. */
+  function pickFor(fits, cannot) {
+    const current = modelRecords.find((record) => record.id === modelSelect.value);
+    if (!current || !cannot(current)) return;
+    const live = new Map(state.models.map((model) => [model.id, model.state]));
+    const pool = modelRecords.filter(fits);
+    const pick = pool.find((record) => live.get(record.id) === "ready") || pool[0];
+    if (pick) modelSelect.value = pick.id;
   }
 
   on("models", debounce(renderModels, 100));
@@ -395,6 +412,8 @@ export function createPlaygroundView() {
       for (const other of tabList.children) other.setAttribute("aria-selected", String(other === tab));
       for (const [, , other] of panels) other.hidden = other !== panel;
       systemField.hidden = key !== "chat";
+      if (key === "embeddings") pickFor(embeddingCapable, chatCapable);
+      else pickFor(chatCapable, embeddingCapable);
     });
     tabList.append(tab);
   }

@@ -93,7 +93,8 @@ async function showVersion() {
   try {
     const version = await getJson("/api/version");
     const node = $("#version");
-    setText(node, `v${version.version}${version.commit && version.commit !== "unknown" ? ` · ${version.commit}` : ""}`);
+    // `version` is the Ollama release Ollama's clients are told; swaplab's own is `swaplab_version`.
+    setText(node, `v${version.swaplab_version}${version.commit && version.commit !== "unknown" ? ` · ${version.commit}` : ""}`);
     node.title = version.build_date && version.build_date !== "unknown" ? `built ${version.build_date}` : "";
     return true;
   } catch (error) {
