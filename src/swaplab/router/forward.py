@@ -443,37 +443,30 @@ class Forwarder:
             return f"peer {peer.id!r} broke off mid-response"
 
         try:
-            try:
-                upstream = await self._pools.open(
-                    request.method, peer.proxy.rstrip("/") + path, peer.timeouts,
-                    self._upstream_headers(request, peer_credentials(peer)), body,
-                )
-            except UpstreamError as error:
-                return await _failed(
-                    observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
-                )
-            if upstream.status == 404 and reshape is None:
+            while True:  # twice at most: a 404 on a route the peer lacks is sent again, translated
+                try:
+                    upstream = await self._pools.open(
+                        request.method, peer.proxy.rstrip("/") + path, peer.timeouts,
+                        self._upstream_headers(request, peer_credentials(peer)), body,
+                    )
+                except UpstreamError as error:
+                    return await _failed(
+                        observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
+                    )
+                if upstream.status != 404 or reshape is not None:
+                    break
                 learned = await self.routes.after_404(request, upstream, ("peer", peer.id, peer.proxy), peer.translate,
                                                       path, document, name, f"peer {peer.id!r}")
                 if isinstance(learned, web.Response):
                     observation.fail(learned.status, translate.message_of(learned))
                     observation.answered(learned, learned.body)  # type: ignore[arg-type]
                     return learned
-                if isinstance(learned, translate.Translation):  # sent again, translated
-                    reshape, path, document = learned.reshape, learned.path, learned.document
-                    body = self._filtered(filters.encode(document), document, target.model, peer.filters, name)
-                    observation.sending(body)
-                    try:
-                        upstream = await self._pools.open(
-                            request.method, peer.proxy.rstrip("/") + path, peer.timeouts,
-                            self._upstream_headers(request, peer_credentials(peer)), body,
-                        )
-                    except UpstreamError as error:
-                        return await _failed(
-                            observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
-                        )
-                else:
+                if not isinstance(learned, translate.Translation):
                     upstream = learned
+                    break
+                reshape, path, document = learned.reshape, learned.path, learned.document
+                body = self._filtered(filters.encode(document), document, target.model, peer.filters, name)
+                observation.sending(body)
             if reshape is None:
                 response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
             else:

@@ -135,7 +135,7 @@ def _message(message: Any, where: str) -> list[dict[str, Any]]:
         elif kind in ("thinking", "redacted_thinking"):
             continue
         else:
-            raise BadRequest(f"{place}: a {kind!r} block cannot be sent in a {role} message")
+            raise BadRequest(f"{place}: a {kind!r} block cannot be sent in a message of role {role!r}")
     out: list[dict[str, Any]] = list(results)
     if role == "assistant":
         text = "".join(part["text"] for part in parts if part["type"] == "text")
