@@ -809,7 +809,9 @@ def _in_show_form(model_id: str, llama: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-SWAPLAB_ONLY_MODEL_KEYS = ("heartbeat_interval", "devices", "vram_gib", "sleep", "kv_cache", "api_key", "line")
+SWAPLAB_ONLY_MODEL_KEYS = (
+    "heartbeat_interval", "devices", "vram_gib", "sleep", "kv_cache", "api_key", "translate", "line",
+)
 """What `config show` prints of a model that llama-swap has not."""
 
 
