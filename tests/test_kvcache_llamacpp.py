@@ -148,13 +148,13 @@ async def test_a_changed_context_size_does_not_restore_and_a_corrupt_or_missing_
         async with aiohttp.ClientSession() as session:
             first = await swap_away(session, router.url)
             [cache] = read_manifest(store).caches
-            # Same size, other bytes: llama.cpp refuses it; the router forgets it and serves cold.
+            # Same size, other bytes: its SHA-256 is not the saved one; the router forgets it and serves cold.
             size = (store / cache.file_name).stat().st_size
             (store / cache.file_name).write_bytes(b"\x5a" * size)
             again = await chat(session, router.url, "smollm2", follow_up(40, answer_text(first)))
             assert again["timings"]["cache_n"] == 0
             context = (await running(session, router.url))["smollm2"]["kv_cache"]
-            assert context["restore_failures"] == 1 and "HTTP 400" in context["last_failure"]
+            assert context["restore_failures"] == 1 and "SHA-256" in context["last_failure"]
             assert read_manifest(store).caches == [] and not (store / cache.file_name).exists()
 
             # Saved again on the next swap; then its file goes missing: no restore asked, cold, served.

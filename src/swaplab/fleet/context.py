@@ -31,6 +31,7 @@ from swaplab.fleet.kvstore import KvStore, make_directory
 from swaplab.fleet.output import settle
 from swaplab.fleet.run import Run
 from swaplab.metrics import Metrics
+from swaplab.ownfolder import FolderNotOwnedError
 
 log = logging.getLogger("swaplab.fleet")
 
@@ -73,8 +74,8 @@ class ContextKeeper:
         directory = self._store.directory(self.model)
         try:
             await asyncio.to_thread(make_directory, directory)
-        except OSError as error:
-            log.warning("%s: the kvCache folder %s cannot be made (%s): its context will not be kept",
+        except (OSError, FolderNotOwnedError) as error:
+            log.warning("%s: the kvCache folder %s cannot be used (%s): its context will not be kept",
                         self.model.id, directory, error)
             return argv
         run.context_dir = directory
@@ -158,7 +159,7 @@ class ContextKeeper:
                     recorded = await store.record(directory, SavedCache(
                         identity=found, slot_id=slot_id, tokens=n_saved, bytes=0, saved_at=time.time(),
                         file_name=name, model=self.model.id))
-                except OSError as error:
+                except (OSError, FolderNotOwnedError) as error:
                     await store.discard(directory, name)
                     self._context_failed(what, f"the file cannot be listed: {error}", started, restore=False)
                     continue
@@ -188,7 +189,7 @@ class ContextKeeper:
             return
         try:
             caches = await store.restorable(found, directory)
-        except OSError as error:
+        except (OSError, FolderNotOwnedError) as error:
             log.warning("%s: its saved contexts cannot be read (%s)", self.model.id, error)
             return
         if not caches:
@@ -199,6 +200,13 @@ class ContextKeeper:
             for cache in caches:
                 what = f"restoring slot {cache.slot_id} ({cache.tokens} tokens)"
                 started = time.monotonic()
+                # Its size alone would take a same-size file put in its place (llama.cpp would restore it).
+                changed = await store.changed_since_saved(directory, cache)
+                if run.stop_wanted.is_set():
+                    return
+                if changed is not None:
+                    await self._refused(directory, cache, what, changed, started)
+                    continue
                 restore = slot_action(self._http, self.model, cache.slot_id, "restore", cache.file_name,
                                       max(0.0, deadline - started))
                 request = asyncio.ensure_future(restore)
@@ -212,9 +220,7 @@ class ContextKeeper:
                     answer = request.result()
                 except SlotCallFailed as error:
                     if error.answered:  # the server lives and refused this file: only the file goes
-                        await store.forget(directory, [cache])
-                        self._context_failed(what, str(error), started, restore=True)
-                        self._fell_back(f"{what} failed ({error}): a cold prefill")
+                        await self._refused(directory, cache, what, str(error), started)
                         continue
                     why = (f"no answer within its saveTimeout of {settings.save_timeout:g} s" if error.timed_out
                            else await self._exit_text(run) if await self._gone(run) else str(error))
@@ -234,6 +240,13 @@ class ContextKeeper:
                          seconds)
         finally:
             self._phase(run, "")
+
+    async def _refused(self, directory: Path, cache: SavedCache, what: str, why: str, started: float) -> None:
+        """A cache that may not be restored (the server refused it, or it is not the file saved): it
+        is forgotten (it would fail again), and the request re-reads its prompt."""
+        await self._store.forget(directory, [cache])
+        self._context_failed(what, why, started, restore=True)
+        self._fell_back(f"{what} failed ({why}): a cold prefill")
 
     async def _gone(self, run: Run) -> bool:
         """After a restore went unanswered: has the server died (True), or does it still answer its

@@ -167,7 +167,7 @@ class Fleet:
             log.warning("reaped leftovers of a previous run: %s", ", ".join(reaped))
         if any(saves_context(model) for model in self.config.models.values()):
             try:
-                await self.kv_store.open()
+                await self.kv_store.open()  # a folder another user could change refuses the start (its fix said)
             except OSError as error:
                 log.warning("kvCache: the saved contexts cannot be read (%s)", error)
         self._http = aiohttp.ClientSession()

@@ -3,8 +3,9 @@
 llama-server started with `--slot-save-path DIR` saves a slot's cache to a file in DIR
 (`POST /slots/{id}?action=save`) and restores it (`?action=restore`). A cache is only good
 for a server whose model file and cache layout are the ones that saved it: `cache_identity`
-names that, and a manifest beside the files says what each holds. Pure decisions over plain
-data, except the manifest's small file I/O (`record_saved`, `read_manifest`, `forget_saved`).
+names that, and a manifest beside the files says what each holds, with each file's SHA-256
+taken at its save and checked before its restore. Pure decisions over plain data, except the
+manifest's small file I/O (`record_saved`, `read_manifest`, `forget_saved`) and the checksums.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from swaplab.memory.flags import runs_llama_server
+from swaplab.ownfolder import open_own, open_private, read_own, write_private
 
 MANIFEST = "swaplab-kvcache.json"
 MANIFEST_VERSION = 1
@@ -65,6 +66,8 @@ class SavedCache:
     """The model id that saved it (shown; the identity is what decides a restore)."""
     used_at: float = 0.0
     """When it was last restored (0: never); the disk budget removes the least recently used first."""
+    sha256: str = ""
+    """The file's SHA-256 when it was saved: a file changed since, even to the same size, is never restored."""
 
     @property
     def last_used(self) -> float:
@@ -141,7 +144,7 @@ def _well_formed(cache: SavedCache) -> bool:
     return (
         isinstance(cache.identity, str) and counts(cache.slot_id) and counts(cache.tokens)
         and counts(cache.bytes) and isinstance(cache.saved_at, (int, float)) and isinstance(cache.file_name, str)
-        and isinstance(cache.model, str) and isinstance(cache.used_at, (int, float))
+        and isinstance(cache.model, str) and isinstance(cache.used_at, (int, float)) and isinstance(cache.sha256, str)
     )
 
 
@@ -157,7 +160,7 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
     """The manifest's caches whose file exists with exactly the recorded size; a corrupt manifest gives none."""
     path = Path(directory) / MANIFEST
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(read_own(path).decode())
     except FileNotFoundError:
         return Manifest([], [])
     except (OSError, UnicodeDecodeError, ValueError) as error:
@@ -178,6 +181,9 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
         if name in ("", ".", "..", MANIFEST) or os.path.basename(name) != name:
             notes.append(f"{path}: {name!r} is not a file name in the save directory; ignored")
             continue
+        if not cache.sha256:
+            notes.append(f"{name}: saved without a checksum (by an older swaplab); dropped")
+            continue
         try:
             size = (Path(directory) / name).stat().st_size
         except OSError:
@@ -194,37 +200,50 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
 def _write_manifest(directory: Path, caches: Sequence[SavedCache]) -> None:
     # Replaced atomically, so a crash leaves the old manifest or the new one, never half of one.
     document = {"version": MANIFEST_VERSION, "caches": [asdict(cache) for cache in caches]}
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{MANIFEST}.", suffix=".tmp")
+    write_private(directory / MANIFEST, json.dumps(document, indent=1).encode(), durable=True)
+
+
+def _take_file(path: Path) -> tuple[int, str]:
+    """A cache file the server wrote, made its owner's only (`0600`: llama.cpp writes it with its
+    umask), with its size and SHA-256; a link, or anything but a plain file of this user's, is an OSError."""
+    with open_own(path) as file:
+        os.fchmod(file.fileno(), 0o600)
+        return os.fstat(file.fileno()).st_size, hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def changed_since_saved(directory: str | os.PathLike[str], cache: SavedCache) -> str | None:
+    """Why the cache's file may not be restored (it cannot be read, or its bytes are not the ones
+    saved: its SHA-256 differs); None when it is the file that was saved."""
     try:
-        with os.fdopen(handle, "w") as file:
-            json.dump(document, file, indent=1)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, directory / MANIFEST)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+        size, digest = _take_file(Path(directory) / cache.file_name)
+    except OSError as error:
+        return f"its file cannot be read ({error})"
+    if size != cache.bytes or digest != cache.sha256:
+        return "its file is not the one saved (its SHA-256 differs from the one recorded at the save)"
+    return None
 
 
 @contextlib.contextmanager
 def locked(directory: str | os.PathLike[str]) -> Iterator[None]:
     """Holds the directory's lock file: two routers sharing a save directory never lose each other's entries."""
-    with open(Path(directory) / LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    descriptor = open_private(Path(directory) / LOCK)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing it lets the lock go
 
 
 def record_saved(directory: str | os.PathLike[str], cache: SavedCache) -> SavedCache:
-    """Adds a cache whose file the server has written to the manifest, with the size its file has now.
+    """Adds a cache whose file the server has written to the manifest, with the size and SHA-256 its
+    file has now (the file made `0600`).
 
     It replaces the entry of the same identity and slot; the file that entry named is deleted
     once the manifest no longer lists it.
     """
     directory = Path(directory)
-    recorded = replace(cache, bytes=(directory / cache.file_name).stat().st_size)
+    size, digest = _take_file(directory / cache.file_name)
+    recorded = replace(cache, bytes=size, sha256=digest)
     old = read_manifest(directory).caches
     replaced = [c for c in old if c.file_name == cache.file_name
                 or (c.identity, c.slot_id) == (cache.identity, cache.slot_id)]

@@ -26,6 +26,7 @@ from swaplab.fleet.kvcache import (
     cache_layout,
     runs_llama_server,
 )
+from swaplab.ownfolder import FolderNotOwnedError, own_folder
 
 log = logging.getLogger("swaplab.fleet")
 
@@ -37,8 +38,9 @@ T = TypeVar("T")
 
 
 def make_directory(directory: Path) -> None:
-    """A save folder, made its owner's only (its files hold conversations); an existing one keeps its mode."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """A save folder, made `0700` if missing (its files hold conversations); FolderNotOwnedError, with
+    the fix, when it is not this user's own or others may read or write it (`ownfolder`)."""
+    own_folder(directory, "the kvCache folder", private=True)
 
 
 def saves_context(model: ModelConfig) -> bool:
@@ -106,6 +108,14 @@ class KvStore:
             self._directories.add(directory)
             caches = await self._in_thread(directory, self._list, directory)
         return kvcache.restorable(caches, identity)
+
+    async def changed_since_saved(self, directory: Path, cache: SavedCache) -> str | None:
+        """Why the cache's file may not be restored (its bytes are not the ones saved); None when it may."""
+        async with self._lock:
+            try:
+                return await self._in_thread(directory, kvcache.changed_since_saved, directory, cache)
+            except (OSError, FolderNotOwnedError) as error:
+                return f"its folder cannot be used ({error})"
 
     def saved(self, model_id: str) -> list[SavedCache]:
         """What is saved for this model, by slot, as last listed (no I/O: `/running` reads it)."""

@@ -87,14 +87,19 @@ def sources(names: Sequence[str], include: Sequence[str] = ()) -> list[TaskSourc
     from lm_eval.tasks import TaskManager  # lm-eval and its datasets stack load only for this suite
 
     by_name: dict[str, Path] = {}
+    unread: list[str] = []
     for folder in include:
         path = Path(folder).expanduser()
         if not path.is_dir():
             raise LmevalError(f"--lmeval-include {folder}: no such folder")
         for yaml_file in sorted([*path.glob("*.yaml"), *path.glob("*.yml")]):
-            config = _yaml(yaml_file)
-            if isinstance(config.get("task"), str):
-                by_name.setdefault(config["task"], yaml_file)
+            try:
+                task = _task_name(yaml_file)
+            except Exception as error:  # as lm-eval's index does: a file nobody asked for is skipped
+                unread.append(f"{yaml_file} ({type(error).__name__}: {error})")
+                continue
+            if task is not None:
+                by_name.setdefault(task, yaml_file)
     found: list[TaskSource] = []
     manager: Any = None
     for name in names:
@@ -108,9 +113,21 @@ def sources(names: Sequence[str], include: Sequence[str] = ()) -> list[TaskSourc
                 raise LmevalError(
                     f"lm-eval knows no task {name!r}: give a task name lm-eval lists (`lm_eval ls tasks`), a task "
                     "YAML file, or --lmeval-include FOLDER holding it"
+                    + (f" (unreadable there: {'; '.join(unread)})" if unread else "")
                 )
             found.append(_from_registry(manager, name))
     return found
+
+
+def _task_name(path: Path) -> str | None:
+    """The `task:` a YAML of an include folder names, read as lm-eval's own index reads it (its
+    `_index.py`): `!function`s left as paths, never imported. Only the tasks asked for are loaded
+    with their code (`_from_yaml`), so a stray YAML's Python never runs."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    config = load_yaml(path, resolve_func=False)
+    task = config.get("task") if isinstance(config, dict) else None
+    return task if isinstance(task, str) else None
 
 
 def _yaml(path: Path) -> dict[str, Any]:

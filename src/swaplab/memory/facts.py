@@ -1,53 +1,34 @@
 """A model's facts that size its memory: layers, heads, head dims, attention kinds, tensors.
 
 One shape for every source, so the estimator is one pure function: `read_gguf` reads a
-GGUF header (in the `gguf` package's terms for the format), `read_hf` a Hugging Face
-model folder's `config.json` and safetensors index. Both raise `ModelFactsError` with
-the file and what is missing; neither loads a weight.
+GGUF header (walked within bounds by `memory.ggufheader`) with llama.cpp's defaults and
+types, `read_hf` a Hugging Face model folder's `config.json` and safetensors index. Both
+raise `ModelFactsError` with the file and what is missing or wrong, whatever the file holds;
+neither loads a weight.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-import struct
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from swaplab.errors import SwaplabError
-from swaplab.memory.ggml import constants
+from swaplab.memory.ggufheader import HeaderFault, TensorInfo, read_header
 
 # Layers of these architectures alternate sliding-window and global attention with a
 # period llama.cpp's model code sets rather than reads (`set_swa_pattern(n)`: the last
 # layer of each period is the global one). A file's own per-layer
 # `attention.sliding_window_pattern` array wins.
 SWA_PERIODS: dict[str, int] = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "exaone4": 4, "gpt-oss": 2, "llama4": 4}
-_LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
 class ModelFactsError(SwaplabError):
     """A model file or folder that does not say what its memory needs."""
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    type_name: str
-    """ggml's name of its type: "F16", "Q4_K", "Q8_0"..."""
-    n_bytes: int
-    offset: int = 0
-    """Where its data starts in the file (what a memory-mapped load spans)."""
-    shape: tuple[int, ...] = ()
-    """ggml's order: shape[0] is the row length, shape[1] the number of rows."""
-
-    @property
-    def layer(self) -> int | None:
-        """The block index of a `blk.N.` tensor; None for the embeddings, output and norms."""
-        match = _LAYER.match(self.name)
-        return int(match.group(1)) if match else None
 
 
 @dataclass(frozen=True)
@@ -122,138 +103,79 @@ def read_gguf_header(path: str | Path) -> tuple[dict[str, Any], int, list[Tensor
     """A GGUF file's metadata (the tokenizer's long arrays left out), its vocabulary size and its tensors."""
     path = Path(path)
     try:
-        with path.open("rb") as file:
-            return _read_header(file, str(path))
+        # Not blocking on a FIFO a model path may name; fstat then says it is no file.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ModelFactsError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ModelFactsError(f"{path}: a folder, not a GGUF file") from None
     except OSError as error:
         raise ModelFactsError(f"{path}: cannot read it ({error.strerror or error})") from None
-
-
-# gguf's GGUFReader builds a numpy view per element of every array: 8 s for Gemma 3's
-# 262,144-token vocabulary on one core, in the path of a model's start. The header walk
-# below reads the same format (gguf's constants name its types and block sizes) and
-# skips the tokenizer's arrays, keeping their lengths: 0.1 s.
-_SCALARS = {  # gguf's GGUFValueType names -> struct formats
-    "UINT8": "<B", "INT8": "<b", "UINT16": "<H", "INT16": "<h", "UINT32": "<I", "INT32": "<i",
-    "FLOAT32": "<f", "BOOL": "<?", "UINT64": "<Q", "INT64": "<q", "FLOAT64": "<d",
-}
-_KEEP_ARRAY = 65536  # longer arrays (vocabularies, merges) are skipped, their length kept
-_MAX_HEADER_ITEMS = 1 << 24
-
-
-class _Header:
-    def __init__(self, file: BinaryIO, source: str) -> None:
-        self.file = file
-        self.source = source
-        self.types = constants().GGUFValueType
-
-    def read(self, size: int) -> bytes:
-        data = self.file.read(size)
-        if len(data) != size:
-            raise ModelFactsError(f"{self.source}: the GGUF header ends early (a truncated or partial file?)")
-        return data
-
-    def scalar(self, kind: Any) -> Any:
-        fmt = _SCALARS[kind.name]
-        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
-
-    def string(self) -> str:
-        length = self.scalar(self.types.UINT64)
-        if length > 1 << 26:
-            raise ModelFactsError(f"{self.source}: a header string of {length} bytes (not a GGUF file?)")
-        return self.read(length).decode("utf-8", errors="replace")
-
-    def value(self, kind: Any) -> tuple[Any, int]:
-        """A value and, for arrays, its length (the value is None for a skipped array)."""
-        if kind == self.types.STRING:
-            return self.string(), 0
-        if kind != self.types.ARRAY:
-            return self.scalar(kind), 0
-        item = self.types(self.scalar(self.types.UINT32))
-        count = self.scalar(self.types.UINT64)
-        if count > _MAX_HEADER_ITEMS:
-            raise ModelFactsError(f"{self.source}: an array of {count} items in the header (not a GGUF file?)")
-        if item.name in _SCALARS and count > _KEEP_ARRAY:
-            self.file.seek(struct.calcsize(_SCALARS[item.name]) * count, 1)
-            return None, count
-        if item == self.types.STRING and count > _KEEP_ARRAY:
-            for _ in range(count):
-                self.file.seek(self.scalar(self.types.UINT64), 1)
-            return None, count
-        return [self.value(item)[0] for _ in range(count)], count
-
-
-def _read_header(file: BinaryIO, source: str) -> tuple[dict[str, Any], int, list[TensorInfo]]:
-    header = _Header(file, source)
-    ggml = constants()
-    types = ggml.GGUFValueType
     try:
-        magic, version = struct.unpack("<II", header.read(8))
-        if magic != ggml.GGUF_MAGIC:
-            raise ModelFactsError(f"{source}: not a GGUF file (it does not start with GGUF)")
-        if version not in (2, 3):
-            raise ModelFactsError(f"{source}: GGUF version {version} (big-endian or unknown; llama.cpp reads 2 and 3)")
-        n_tensors, n_kv = struct.unpack("<QQ", header.read(16))
-        if n_tensors > _MAX_HEADER_ITEMS or n_kv > _MAX_HEADER_ITEMS:
-            raise ModelFactsError(f"{source}: {n_tensors} tensors and {n_kv} keys (not a GGUF file?)")
-        metadata: dict[str, Any] = {}
-        n_tokens = 0
-        for _ in range(n_kv):
-            key = header.string()
-            value, count = header.value(types(header.scalar(types.UINT32)))
-            if key == "tokenizer.ggml.tokens":
-                n_tokens = count
-            if value is not None and not key.startswith("tokenizer.ggml.") or key == "tokenizer.ggml.model":
-                metadata[key] = value
-        raw = []
-        for _ in range(n_tensors):
-            name = header.string()
-            dims = tuple(header.scalar(types.UINT64) for _ in range(header.scalar(types.UINT32)))
-            kind = ggml.GGMLQuantizationType(header.scalar(types.UINT32))
-            raw.append((name, dims, kind, header.scalar(types.UINT64)))
-    except (ValueError, struct.error, KeyError) as error:
-        raise ModelFactsError(f"{source}: a GGUF header llama.cpp could not read ({error})") from None
-    alignment = int(metadata.get("general.alignment") or ggml.GGUF_DEFAULT_ALIGNMENT)
-    start = (file.tell() + alignment - 1) // alignment * alignment
-    tensors = []
-    for name, dims, kind, offset in raw:
-        per_block, block_bytes = ggml.GGML_QUANT_SIZES[kind]
-        elements = math.prod(dims)
-        tensors.append(TensorInfo(name, kind.name, elements // per_block * block_bytes, start + offset, dims))
-    return metadata, n_tokens, tensors
+        with open(descriptor, "rb") as file:
+            status = os.fstat(descriptor)
+            if stat.S_ISDIR(status.st_mode):
+                raise ModelFactsError(f"{path}: a folder, not a GGUF file")
+            if not stat.S_ISREG(status.st_mode):
+                raise ModelFactsError(f"{path}: not a regular file (a GGUF model is one)")
+            return read_header(file, status.st_size)
+    except HeaderFault as fault:
+        raise ModelFactsError(f"{path}: {fault}") from None
+    except OSError as error:
+        raise ModelFactsError(f"{path}: cannot read it ({error.strerror or error})") from None
+
+
+# llama.cpp's LLAMA_MAX_LAYERS and LLAMA_MAX_EXPERTS (src/llama-hparams.h): load_hparams
+# asserts block_count in 1..512 and expert_count at most 1024, so a file past them never loads.
+MAX_LAYERS = 512
+MAX_EXPERTS = 1024
 
 
 def facts_from_gguf_metadata(
     metadata: Mapping[str, Any], tensors: Sequence[TensorInfo], source: str = "<gguf>", n_tokens: int = 0
 ) -> ModelFacts:
-    """ModelFacts from a GGUF file's key/value pairs (as `gguf` reads them) and tensor table."""
+    """ModelFacts from a GGUF file's key/value pairs (as `gguf` reads them) and tensor table.
+
+    Keys llama.cpp reads as uint32 must be whole numbers below 2^32 (a per-layer key: one, or
+    an array of one per layer); absent ones take llama.cpp's defaults (llama-model.cpp
+    load_hparams): `attention.head_count_kv` the head count, the head sizes n_embd / the
+    first layer's head count, the rest 0."""
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str):
         raise ModelFactsError(f"{source}: no general.architecture in its metadata")
 
-    def get(key: str, default: Any = None, required: bool = False) -> Any:
-        value = metadata.get(f"{arch}.{key}", default)
+    def whole(key: str, default: int = 0, required: bool = False) -> int:
+        value = metadata.get(f"{arch}.{key}")
         if value is None and required:
             raise ModelFactsError(f"{source}: no {arch}.{key} in its metadata")
-        return value
+        return default if value is None else _whole(value, source, f"{arch}.{key}")
 
-    n_layer = int(get("block_count", required=True))
-    n_embd = int(get("embedding_length", required=True))
-    n_head = _per_layer(get("attention.head_count", 0), n_layer, source, "attention.head_count")
-    n_head_kv = _per_layer(get("attention.head_count_kv", None) or n_head, n_layer, source, "attention.head_count_kv")
-    max_head = max(n_head) if n_head else 0
-    head_dim_k = int(get("attention.key_length", 0) or (n_embd // max_head if max_head else 0))
-    head_dim_v = int(get("attention.value_length", 0) or (n_embd // max_head if max_head else 0))
-    n_vocab = int(get("vocab_size", 0) or n_tokens or _rows_of(tensors, "token_embd.weight"))
+    def per_layer(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+        value = metadata.get(f"{arch}.{key}")
+        if not isinstance(value, list):
+            return (whole(key),) * n_layer if value is not None else default
+        if len(value) != n_layer:
+            raise ModelFactsError(f"{source}: {arch}.{key} has {len(value)} entries for {n_layer} layers")
+        return tuple(_whole(item, source, f"{arch}.{key}") for item in value)
+
+    n_layer = whole("block_count", required=True)
+    if not 0 < n_layer <= MAX_LAYERS:
+        raise ModelFactsError(f"{source}: {arch}.block_count is {n_layer}; llama.cpp loads 1 to {MAX_LAYERS} layers")
+    n_embd = whole("embedding_length", required=True)
+    n_head = per_layer("attention.head_count", (0,) * n_layer)
+    n_head_kv = per_layer("attention.head_count_kv", n_head)
+    head_dim_k = whole("attention.key_length", n_embd // n_head[0] if n_head[0] else 0)
+    head_dim_v = whole("attention.value_length", n_embd // n_head[0] if n_head[0] else 0)
+    n_vocab = whole("vocab_size") or n_tokens or _rows_of(tensors, "token_embd.weight")
     if not n_vocab:
         raise ModelFactsError(f"{source}: no vocabulary size (no {arch}.vocab_size, tokens or token_embd tensor)")
+    n_expert = whole("expert_count")
+    if n_expert > MAX_EXPERTS:
+        raise ModelFactsError(f"{source}: {arch}.expert_count is {n_expert}; llama.cpp loads at most {MAX_EXPERTS}")
 
-    window = int(get("attention.sliding_window", 0) or 0)
+    window = whole("attention.sliding_window")
     swa_layers: tuple[bool, ...] = ()
-    pattern = get("attention.sliding_window_pattern")
+    pattern = metadata.get(f"{arch}.attention.sliding_window_pattern")
     if window and isinstance(pattern, list) and len(pattern) == n_layer:
         swa_layers = tuple(bool(p) for p in pattern)
     elif window:
@@ -263,28 +185,29 @@ def facts_from_gguf_metadata(
 
     # llama.cpp keeps MLA's latent cache only where the converter wrote the _mla head
     # sizes; an older DeepSeek GGUF without them gets a full multi-head cache.
-    mla = get("attention.key_length_mla") is not None and get("attention.value_length_mla") is not None
-    kv_lora_rank = int(get("attention.kv_lora_rank", 0) or 0) if mla else 0
-    rope_dim = int(get("rope.dimension_count", 0) or 0) if kv_lora_rank else 0
+    mla = metadata.get(f"{arch}.attention.key_length_mla") is not None and \
+        metadata.get(f"{arch}.attention.value_length_mla") is not None
+    kv_lora_rank = whole("attention.kv_lora_rank") if mla else 0
+    rope_dim = whole("rope.dimension_count") if kv_lora_rank else 0
 
     recurrent = None
     recurrent_layers: tuple[bool, ...] = ()
-    d_inner = int(get("ssm.inner_size", 0) or 0)
+    d_inner = whole("ssm.inner_size")
     if d_inner:
-        d_conv = int(get("ssm.conv_kernel", 0) or 0)
-        d_state = int(get("ssm.state_size", 0) or 0)
-        n_group = int(get("ssm.group_count", 0) or 0)
+        d_conv = whole("ssm.conv_kernel")
+        d_state = whole("ssm.state_size")
+        n_group = whole("ssm.group_count")
         # llama.cpp's n_embd_r / n_embd_s for Mamba 2 (groups) and Mamba 1.
         conv = (d_conv - 1) * (d_inner + 2 * n_group * d_state) if d_conv else 0
         recurrent = Recurrent(conv, d_state * d_inner)
-        interval = int(get("full_attention_interval", 0) or 0)
+        interval = whole("full_attention_interval")
         if interval:  # Qwen3-Next: one attention layer in each `interval`, linear attention between
             recurrent_layers = tuple((layer + 1) % interval != 0 for layer in range(n_layer))
         elif any(n_head_kv):  # Jamba, Granite hybrids: the layers without KV heads
             recurrent_layers = tuple(kv == 0 for kv in n_head_kv)
         else:  # Mamba: every layer
             recurrent_layers = (True,) * n_layer
-    shortconv = int(get("shortconv.l_cache", 0) or 0)
+    shortconv = whole("shortconv.l_cache")
     if shortconv and recurrent is None:  # LFM2: conv layers keep (L - 1) x n_embd
         recurrent = Recurrent((shortconv - 1) * n_embd, 0)
         recurrent_layers = tuple(kv == 0 for kv in n_head_kv)
@@ -296,7 +219,7 @@ def facts_from_gguf_metadata(
         n_layer=n_layer,
         n_embd=n_embd,
         n_vocab=n_vocab,
-        n_ctx_train=int(get("context_length", 0) or 0),
+        n_ctx_train=whole("context_length"),
         n_head=n_head,
         n_head_kv=n_head_kv,
         head_dim_k=head_dim_k,
@@ -307,30 +230,24 @@ def facts_from_gguf_metadata(
         rope_dim=rope_dim,
         recurrent=recurrent,
         recurrent_layers=recurrent_layers,
-        n_expert=int(get("expert_count", 0) or 0),
-        n_expert_used=int(get("expert_used_count", 0) or 0),
-        n_ff=_first(get("feed_forward_length", 0)),
-        n_ff_expert=int(get("expert_feed_forward_length", 0) or 0),
-        n_expert_shared=int(get("expert_shared_count", 0) or 0),
-        n_leading_dense=int(get("leading_dense_block_count", 0) or 0),
-        head_dim_k_mla=int(get("attention.key_length_mla", 0) or 0) if kv_lora_rank else 0,
+        n_expert=n_expert,
+        n_expert_used=max(per_layer("expert_used_count", (0,))),  # llama.cpp's n_expert_used_max
+        n_ff=max(per_layer("feed_forward_length", (0,))),  # the widest layer's
+        n_ff_expert=whole("expert_feed_forward_length"),
+        n_expert_shared=whole("expert_shared_count"),
+        n_leading_dense=whole("leading_dense_block_count"),
+        head_dim_k_mla=whole("attention.key_length_mla") if kv_lora_rank else 0,
         tensors=tuple(tensors),
         weights_bytes=weights,
     )
 
 
-def _per_layer(value: Any, n_layer: int, source: str, key: str) -> tuple[int, ...]:
-    if isinstance(value, list):
-        if len(value) != n_layer:
-            raise ModelFactsError(f"{source}: {key} has {len(value)} entries for {n_layer} layers")
-        return tuple(int(v) for v in value)
-    return (int(value or 0),) * n_layer
-
-
-def _first(value: Any) -> int:
-    if isinstance(value, list):
-        return int(max(value)) if value else 0
-    return int(value or 0)
+def _whole(value: Any, source: str, key: str) -> int:
+    """A key llama.cpp reads as a uint32: a whole number below 2^32, or the file is refused."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32:
+        return value
+    shown = f"an array of {len(value)} items" if isinstance(value, list) else repr(value)[:60]
+    raise ModelFactsError(f"{source}: {key} is {shown}, not a whole number below 2^32 as llama.cpp reads it")
 
 
 def _rows_of(tensors: Sequence[TensorInfo], name: str) -> int:
@@ -342,6 +259,7 @@ def _rows_of(tensors: Sequence[TensorInfo], name: str) -> int:
 
 # -- Hugging Face folders (vLLM, SGLang) ----------------------------------------------
 
+MAX_HF_LAYERS = 4096
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "fp8": 1, "int8": 1}
 
 
@@ -365,7 +283,13 @@ def read_hf(folder: str | Path) -> ModelFacts:
 
 def facts_from_hf_config(config: Mapping[str, Any], weights_bytes: int, source: str = "<config.json>") -> ModelFacts:
     """ModelFacts from a `config.json` mapping and the weights' size in bytes."""
+    try:
+        return _facts_from_hf_config(config, weights_bytes, source)
+    except (TypeError, ValueError, ArithmeticError) as error:  # a number that is a list, a string, a zero
+        raise ModelFactsError(f"{source}: config.json has a value swaplab cannot read as a model's ({error})") from None
 
+
+def _facts_from_hf_config(config: Mapping[str, Any], weights_bytes: int, source: str) -> ModelFacts:
     def need(key: str) -> Any:
         value = config.get(key)
         if value is None:
@@ -373,6 +297,8 @@ def facts_from_hf_config(config: Mapping[str, Any], weights_bytes: int, source: 
         return value
 
     n_layer = int(need("num_hidden_layers"))
+    if not 0 < n_layer <= MAX_HF_LAYERS:  # per-layer tuples follow: a hostile count would be their size
+        raise ModelFactsError(f"{source}: config.json's num_hidden_layers is {n_layer} (1 to {MAX_HF_LAYERS} read)")
     n_embd = int(need("hidden_size"))
     heads = int(need("num_attention_heads"))
     kv_heads = int(config.get("num_key_value_heads") or heads)

@@ -16,6 +16,7 @@ from pathlib import Path
 import platformdirs
 
 from swaplab.errors import SwaplabError
+from swaplab.ownfolder import make_folders
 
 # Overrides the default location for every command and the router (tests use it too).
 DB_ENVIRONMENT_VARIABLE = "SWAPLAB_DB"
@@ -193,7 +194,7 @@ def connect(path: str | os.PathLike[str] | None = None, *, migrations: Sequence[
     The connection is in autocommit mode: write batches inside `with transaction(connection):`.
     """
     target = Path(path) if path is not None else default_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(target.parent)  # the ones it makes 0700: the store holds what clients asked
     create_private(target)
     connection = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     try:
