@@ -6,6 +6,8 @@ unicode, long), query strings, headers (Content-Type and Accept variants, odd Ho
 and bodies (random bytes, JSON of any shape, deep nesting, huge numbers, NaN, lone
 surrogates, forms), sent as raw bytes over a real socket so that nothing normalizes them
 on the way. Content-Length is always the body's length: framing is aiohttp's business.
+A second, shorter run sends whole generated multipart forms (boundaries, part headers and
+parameters, nesting, line endings) to the routes that read them.
 
 What must hold, for each request and at the end:
 
@@ -234,6 +236,41 @@ body = st.one_of(
              max_size=3).map(_multipart),
 )
 
+# Whole multipart forms, their Content-Type drawn with them: boundaries RFC 2046 allows and does
+# not (non-ASCII, too long, quoted), parts with odd headers and parameters (nested multipart,
+# unbalanced quotes, `(` runs, no name), CRLF or bare LF, with or without the closing delimiter.
+BOUNDARIES = ["XyZ", "a b", "----WebKitFormBoundary7MA4YWxkTrZu0gW", "\u00e9", "x" * 71, "(", "a;b", "=", " x"]
+boundary_text = st.one_of(st.sampled_from(BOUNDARIES), st.text(st.characters(codec="utf-8", exclude_characters="\r\n\x00"),
+                                                                 min_size=1, max_size=12))
+PART_PARAMETERS = ['name="model"', "name=model", 'name="file"; filename="a.wav"', 'name=""', "name", 'name="a',
+                   'name="a\\"b"', "x=" + "(" * 5000, "filename*=UTF-8''%e2%82%ac", 'name="\u00e9"']
+part_header = st.one_of(
+    st.lists(st.one_of(st.sampled_from(PART_PARAMETERS), st.text("abc=;\"( \\", max_size=12)), max_size=3).map(
+        lambda parameters: "Content-Disposition: " + "; ".join(["form-data", *parameters])),
+    st.sampled_from(["Content-Type: audio/wav", "Content-Type: multipart/mixed; boundary=In", "no colon", " folded",
+                     "Content-Transfer-Encoding: base64", "X: " + "y" * 9000]),
+)
+form_part = st.tuples(st.lists(part_header, max_size=3),
+                      st.one_of(st.sampled_from([n.encode() for n in NAMES]), st.binary(max_size=30)))
+
+
+@st.composite
+def multipart_forms(draw) -> tuple[str, bytes]:
+    """(Content-Type, body) of a generated multipart form."""
+    boundary = draw(boundary_text)
+    quoted = draw(st.booleans())
+    newline = draw(st.sampled_from([b"\r\n", b"\n"]))
+    delimiter = b"--" + boundary.encode("utf-8", "surrogateescape")
+    body = draw(st.sampled_from([b"", b"preamble" + newline]))
+    for headers, value in draw(st.lists(form_part, max_size=4)):
+        body += delimiter + newline + b"".join(h.encode() + newline for h in headers) + newline + value + newline
+    body += draw(st.sampled_from([delimiter + b"--" + newline, delimiter + b"--", b"", delimiter + newline]))
+    if draw(st.integers(0, 9)) == 0:
+        body = body.replace(delimiter + newline, (delimiter + newline) * 2, 1)  # a part with nothing
+    parameter = f'"{boundary}"' if quoted else boundary
+    return f"multipart/form-data; boundary={parameter}", body
+
+
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "FOO", "TRACE"]
 
 
@@ -317,12 +354,28 @@ class Output:
 
 
 def test_no_generated_request_is_the_router_s_failure(router):
+    _run(router, requests(registered_routes()), EXAMPLES)
+
+
+FORM_EXAMPLES = 150
+FORM_ROUTES = ["/v1/audio/transcriptions", "/v1/chat/completions", "/v1/audio/transcriptions?model=a",
+               "/v1/images/edits?model=nosuch", "/upstream/a/v1/audio/transcriptions"]
+
+
+def test_no_generated_form_is_the_router_s_failure(router):
+    forms = st.tuples(st.sampled_from(FORM_ROUTES), multipart_forms()).map(
+        lambda drawn: ("POST", drawn[0], [("Content-Type", drawn[1][0])], drawn[1][1]))
+    _run(router, forms, FORM_EXAMPLES)
+
+
+def _run(router: Router, generated, examples: int) -> None:
+    """Send each generated request: no answer may be the router's failure, in the answer or its output."""
     output = Output(router)
     statuses: dict[int, int] = {}
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, print_blob=False,
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None, print_blob=False,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
-    @given(requests(registered_routes()))
+    @given(generated)
     def check(request):
         method, target, header_list, payload = request
         status, answer = send(router.port, method, target, header_list, payload)

@@ -30,6 +30,8 @@ WEATHER_TOOL = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
+# aiohttp labels a bytes body application/octet-stream, which Ollama's routes (as the OpenAI ones) refuse.
+JSON = {"Content-Type": "application/json"}
 SCRIPT = {
     "rules": [
         {"match": "weather", "replies": [{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Tokyo"}}]}],
@@ -296,10 +298,39 @@ async def test_model_management_says_where_models_come_from(router, call):
 ])
 async def test_bad_requests_get_a_400_in_ollamas_shape_saying_why(router, body, message):
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{router.url}/api/chat", data=body) as response:
+        async with session.post(f"{router.url}/api/chat", data=body, headers=JSON) as response:
             assert response.status == 400
             answer = await response.json()
     assert set(answer) == {"error"} and message in answer["error"]
+
+
+@pytest.mark.parametrize(("path", "content_type", "message"), [
+    ("/api/chat", "text/plain", "the body's Content-Type is text/plain, which this route does not read: "
+     "send JSON as application/json"),
+    ("/api/generate", "text/plain;charset=UTF-8", "the body's Content-Type is text/plain"),
+    ("/api/embed", "application/octet-stream", "the body's Content-Type is application/octet-stream"),
+    ("/api/show", "text/plain", "the body's Content-Type is text/plain"),
+    ("/api/chat", "application/x-www-form-urlencoded", "curl -H 'Content-Type: application/json'"),
+])
+async def test_a_body_whose_content_type_is_not_json_is_refused_as_on_the_openai_routes(
+    router, path, content_type, message,
+):
+    # What a page may send cross-site without a preflight is never read as JSON (docs/security.md);
+    # Ollama's clients send application/json, and a script that sends no Content-Type is read.
+    body = b'{"model": "sim", "messages": [{"role": "user", "content": "hi"}], "stream": false}'
+    async with aiohttp.ClientSession(skip_auto_headers=["Content-Type"]) as session:
+        async with session.post(f"{router.url}{path}", data=body, headers={"Content-Type": content_type}) as response:
+            assert response.status == 415
+            answer = await response.json()
+        async with session.post(f"{router.url}/v1/chat/completions", data=body,
+                                headers={"Content-Type": content_type}) as response:
+            openai = (await response.json())["error"]["message"]
+        async with session.post(f"{router.url}/api/chat", data=body) as response:
+            assert response.status == 200
+            assert (await response.json())["message"]["content"] == "Hello from the sim."
+    assert set(answer) == {"error"} and message in answer["error"]
+    assert openai.startswith(answer["error"])  # the OpenAI routes' words, less the forms they also read
+    assert ollama.AsyncClient(host=router.url)._client.headers["Content-Type"] == "application/json"
 
 
 async def test_a_chat_is_an_activity_row_under_its_ollama_path_with_the_backends_counts(router):
@@ -472,11 +503,11 @@ async def test_a_bomb_of_brackets_is_never_a_500(router, path):
     """Found by tests/test_fuzz_http.py: Python's json recursed past its limit on nested lists (a 500)."""
     nested = b'{"model": "sim", "x": ' + b"[" * 2000 + b"]" * 2000 + b"}"
     async with aiohttp.ClientSession() as session:
-        async with session.post(f"{router.url}{path}", data=nested) as response:
+        async with session.post(f"{router.url}{path}", data=nested, headers=JSON) as response:
             assert response.status < 500, await response.text()
             await response.json()  # an answer in Ollama's JSON, whichever it is (an unknown field is ignored)
         # nested where it must be sent on (a tool call's arguments): past what can be encoded, a 400
         deep = ('{"model": "sim", "messages": [{"role": "assistant", "content": "", "tool_calls": [{"function": '
                 '{"name": "f", "arguments": {"a": ' + "[" * 400 + "]" * 400 + '}}}]}]}').encode()
-        async with session.post(f"{router.url}/api/chat", data=deep) as response:
+        async with session.post(f"{router.url}/api/chat", data=deep, headers=JSON) as response:
             assert response.status == 400 and "cannot be sent on" in (await response.json())["error"]

@@ -38,7 +38,7 @@ from swaplab.router.batch import Batch
 from swaplab.router.captures import CaptureStore
 from swaplab.router.events import EventHub
 from swaplab.router.forward import Forwarder
-from swaplab.router.guard import BodySlots, guard_middleware, replace_cors_headers
+from swaplab.router.guard import BodySlots, body_middleware, guard_middleware, replace_cors_headers
 from swaplab.router.inflight import InFlight
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.listing import model_records, peer_record, render_capabilities, status_of
@@ -120,9 +120,12 @@ class Router:
         return self.fleet.config
 
     def app(self) -> web.Application:
-        guard = guard_middleware(lambda: self.config.security, lambda: self.listen_loopback, BodySlots())
+        guard = guard_middleware(lambda: self.config.security, lambda: self.listen_loopback)
         keys = api_key_middleware(lambda: self.config.api_keys, lambda: self.config.security.basic_auth)
-        app = web.Application(client_max_size=AIOHTTP_MAX_BODY_BYTES, middlewares=[guard, keys, unmatched_route_middleware])
+        body = body_middleware(lambda: self.config.security, BodySlots())
+        app = web.Application(
+            client_max_size=AIOHTTP_MAX_BODY_BYTES, middlewares=[guard, keys, body, unmatched_route_middleware]
+        )
         app.on_response_prepare.append(replace_cors_headers)
         app[ROUTER_KEY] = self
         for path in MODEL_ROUTES:

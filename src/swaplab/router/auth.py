@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import hmac
 from collections.abc import Awaitable, Callable
 
@@ -28,7 +27,7 @@ def presented_key(request: web.Request) -> str | None:
     if scheme.lower() == "basic" and value:
         try:
             _, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # not base64 (binascii.Error), not ASCII, or a password that is not UTF-8
             return None
         return password
     return request.headers.get("x-api-key") or None
@@ -37,8 +36,11 @@ def presented_key(request: web.Request) -> str | None:
 def key_matches(presented: str | None, keys: tuple[str, ...]) -> bool:
     if presented is None:
         return False
+    # The bytes as sent: both HTTP parsers decode headers with surrogateescape, so a byte that is
+    # not UTF-8 is compared as itself (and matches no configured key) rather than failing to encode.
+    sent = presented.encode("utf-8", "surrogateescape")
     # Compare against every key, in constant time each, so timing tells nothing.
-    return any([hmac.compare_digest(presented.encode(), key.encode()) for key in keys])
+    return any([hmac.compare_digest(sent, key.encode()) for key in keys])
 
 
 def api_key_middleware(current_keys: Callable[[], tuple[str, ...]], offer_basic: Callable[[], bool]):
@@ -67,6 +69,11 @@ def api_key_middleware(current_keys: Callable[[], tuple[str, ...]], offer_basic:
             if offer_basic():
                 response.headers.add("WWW-Authenticate", 'Basic realm="swaplab"')
             response.headers.add("WWW-Authenticate", 'Bearer realm="swaplab"')
+            if request.body_exists and not request.content.is_eof():
+                # Refused on its headers (no body is read before this check): the connection ends.
+                # aiohttp drains what the client still sends for its lingering time, keeping none
+                # of it (so the client can read this answer rather than a reset), then closes.
+                response.force_close()
             return response
         return await handler(request)
 

@@ -70,6 +70,7 @@ from swaplab.router.targets import (
     PeerTarget,
     UnreadableBody,
     model_from_body,
+    reads_off_loop,
     replace_form_field,
     resolve,
     Tracking,
@@ -127,8 +128,12 @@ class Forwarder:
 
     async def handle_model_request(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        content_type = request.headers.get("Content-Type")
         try:
-            name, document = model_from_body(request.headers.get("Content-Type"), body)
+            if reads_off_loop(content_type, body):  # a large form: its parts are Python's work
+                name, document = await asyncio.to_thread(model_from_body, content_type, body)
+            else:
+                name, document = model_from_body(content_type, body)
         except UnreadableBody as error:
             return error_response(error.status, str(error))
         in_query = not name
@@ -186,7 +191,7 @@ class Forwarder:
                 document = {**document, "model": name}
                 body = filters.encode(document)
             else:
-                body = replace_form_field(request.headers.get("Content-Type", ""), body, "model", name)
+                body = await _renamed_form(request.headers.get("Content-Type", ""), body, name)
         try:
             return await self._forward(request, name, path, body, document)
         finally:
@@ -325,8 +330,7 @@ class Forwarder:
                             observation, error.status, str(error), "invalid_request_error", None, keepalive
                         )
                 elif model.use_model_name:  # a form or ?model=: renamed there, as llama-swap does
-                    content_type = request.headers.get("Content-Type", "")
-                    sent = replace_form_field(content_type, body, "model", model.use_model_name)
+                    sent = await _renamed_form(request.headers.get("Content-Type", ""), body, model.use_model_name)
                     if request.method == "GET" and request.query.get("model") == name:
                         sent_path = str(URL(path).update_query(model=model.use_model_name))
                 else:
@@ -585,6 +589,13 @@ def _refusal(error: SwaplabError) -> tuple[int, str, str, float | None]:
     if isinstance(error, BackendUnavailable):
         return 503, str(error), "model_unavailable", error.retry_after
     return 503, str(error), "model_unavailable", None
+
+
+async def _renamed_form(content_type: str, body: bytes, name: str) -> bytes:
+    """The form body with its `model` field holding `name`: in a thread for a large form, as it was read."""
+    if reads_off_loop(content_type, body):
+        return await asyncio.to_thread(replace_form_field, content_type, body, "model", name)
+    return replace_form_field(content_type, body, "model", name)
 
 
 def _with_query(path: str, request: web.Request) -> str:

@@ -1,10 +1,12 @@
-"""The first thing every request meets: the Host and Origin policy (`policy.decide`), then the body limits.
+"""The first thing every request meets: the Host and Origin policy (`policy.decide`); after the key check, the body limits.
 
 `guard_middleware` runs before the key check and before any handler: a refused request is
-answered here, a preflight is answered here, and a request with a body has read it here,
-within `security.limits` (its `Content-Length` checked before a byte is read, a body that
-stalls answered 408, one past the size 413, and large bodies read a few at a time), so a
-handler's `await request.read()` only returns what was read. `replace_cors_headers` (the
+answered here, and a preflight is answered here, from the headers alone. `body_middleware`
+runs after the key check (so a keyless client is refused before a byte of its body is
+read): a request with a body has read it there, within `security.limits` (its
+`Content-Length` checked before a byte is read, a body that stalls answered 408, one past
+the size 413, and large bodies read a few at a time), so a handler's `await request.read()`
+only returns what was read. `replace_cors_headers` (the
 app's `on_response_prepare`) drops whatever CORS headers a backend sent and sets the
 policy's own, on every response, streamed and websocket ones included.
 """
@@ -57,8 +59,8 @@ def facts_of(request: web.Request, listen_loopback: bool) -> Facts:
     )
 
 
-def guard_middleware(current: Callable[[], Security], listen_loopback: Callable[[], bool], slots: BodySlots):
-    """The policy's verdict for every request, then its body read within the limits (read per request: reloads apply)."""
+def guard_middleware(current: Callable[[], Security], listen_loopback: Callable[[], bool]):
+    """The policy's verdict for every request (read per request: reloads apply)."""
 
     @web.middleware
     async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
@@ -69,13 +71,23 @@ def guard_middleware(current: Callable[[], Security], listen_loopback: Callable[
             return web.Response(status=204)
         if not verdict.goes_on:
             return _refuse(verdict.status, verdict.message, "permission_error")
+        return await handler(request)
+
+    return guard
+
+
+def body_middleware(current: Callable[[], Security], slots: BodySlots):
+    """A request's body read within the limits, after the key check (read per request: reloads apply)."""
+
+    @web.middleware
+    async def read(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
         if request.body_exists:
-            refused = await read_body(request, security.limits, slots)
+            refused = await read_body(request, current().limits, slots)
             if refused is not None:
                 return refused
         return await handler(request)
 
-    return guard
+    return read
 
 
 async def read_body(request: web.Request, limits: Limits, slots: BodySlots) -> web.Response | None:

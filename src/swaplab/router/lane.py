@@ -5,14 +5,15 @@ headers (llhttp, through httptools) and, for a request the lane takes, its body;
 request goes to the same handler aiohttp would call (`Forwarder.handle_model_request`), as a
 `reply.LaneRequest`, and its answer is written by `reply.LaneResponse`. aiohttp's server
 costs each request its protocol's bookkeeping, two task steps, a stream writer, the request
-object, the router's three middlewares and the response's header machinery and signal; the
+object, the router's four middlewares and the response's header machinery and signal; the
 lane serves a model request for some 170k fewer instructions (benchmarks/instructions.py,
 docs/performance.md).
 
 The lane takes an HTTP/1.1 `POST` to one of the model routes (`targets.MODEL_ROUTES`) with
 a `Content-Length` body no larger than `security.limits.largeBodyMB`, no `Expect`, no
 `Transfer-Encoding` and no upgrade, that the Host and Origin policy lets on (`policy.decide`,
-as the guard) and that carries a valid key when `apiKeys` are set (as `auth`). Anything
+as the guard) and that carries a valid key when `apiKeys` are set (as `auth`), both read
+from its head before a byte of its body is waited for. Anything
 else, from the first byte the lane could not take, is handed to aiohttp's server: the
 connection's protocol becomes aiohttp's, which is given every byte read so far and reads
 the rest itself. So a preflight, a refused request, a missing key, a large or chunked body,
@@ -214,6 +215,8 @@ class LaneConnection(asyncio.Protocol):
         """No header that keeps the request off the lane (chunks, Expect, an upgrade)."""
         self._body_at = 0
         self._body_end = 0
+        self._request: LaneRequest | None = None
+        """The request whose head was admitted, while its body is read."""
 
     # asyncio's side
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -309,6 +312,11 @@ class LaneConnection(asyncio.Protocol):
                 self._hand_over()
                 return
             self.server.unwait(self)
+            if not self._admit():
+                # Refused, a preflight or no valid key: aiohttp's guard or key check answers from the
+                # headers, before a byte of the body is read (and closes what it does not read).
+                self._hand_over()
+                return
             self.state = State.BODY
         if self.state is State.BODY:
             if len(buffer) < self._body_end:
@@ -339,22 +347,27 @@ class LaneConnection(asyncio.Protocol):
         self._body_end = size + self._length
         return True
 
-    def _dispatch(self) -> None:
-        """The whole request is here: let the policy and the keys look at it, then serve it (or hand it over)."""
+    def _admit(self) -> bool:
+        """The head is read: whether the policy and the keys let its request on (then it waits for its body)."""
         config = self.server.config()
         request = LaneRequest(
-            "POST", self._url.decode(), CIMultiDictProxy(CIMultiDict(self._headers)),
-            bytes(self.buffer[self._body_at:self._body_end]), self.remote, self,
+            "POST", self._url.decode(), CIMultiDictProxy(CIMultiDict(self._headers)), b"", self.remote, self,
         )
         verdict = self.server.verdict(request, config.security)
         if not verdict.goes_on:
-            self._hand_over()  # refused or a preflight: aiohttp's guard answers
-            return
+            return False
         keys = config.api_keys
         if keys and not key_matches(presented_key(request), keys):  # type: ignore[arg-type]
-            self._hand_over()  # aiohttp's key check answers 401, with its challenges
-            return
+            return False
         request[VERDICT] = verdict
+        self._request = request
+        return True
+
+    def _dispatch(self) -> None:
+        """The whole request is here: serve it."""
+        request, self._request = self._request, None
+        assert request is not None  # admitted with its head
+        request.body = bytes(self.buffer[self._body_at:self._body_end])
         del self.buffer[:self._body_end]
         self.server.served += 1
         self.state = State.SERVING

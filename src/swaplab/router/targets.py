@@ -6,14 +6,12 @@ import json
 import sys
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
-from email.message import Message
-from email.parser import BytesParser
-from email.policy import HTTP
 
 import orjson
 
 from swaplab.config.model import Config, PeerConfig
 from swaplab.errors import SwaplabError
+from swaplab.router.multipart import MalformedForm, form_fields
 
 # The routes whose requests name a model and go to its server.
 MODEL_ROUTES = (
@@ -135,6 +133,9 @@ MULTIPART = "multipart/form-data"
 # orjson's own bound on nesting: a body past it is refused, not read by json's fallback,
 # whose recursion would end in a RecursionError.
 MAX_JSON_DEPTH = 1024
+# A form body past this is read in a thread (`reads_off_loop`): up to 1,000 parts of header
+# parsing is Python's work, and the loop must go on answering meanwhile.
+OFF_LOOP_FORM_BYTES = 64 * 1024
 
 
 class UnreadableBody(SwaplabError):
@@ -143,6 +144,15 @@ class UnreadableBody(SwaplabError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+def reads_off_loop(content_type: str | None, body: bytes) -> bool:
+    """Whether `model_from_body` should run in a thread: a form body past `OFF_LOOP_FORM_BYTES` (JSON never)."""
+    return len(body) > OFF_LOOP_FORM_BYTES and _media(content_type) in (MULTIPART, FORM_URLENCODED)
+
+
+def _media(content_type: str | None) -> str:
+    return (content_type or "").partition(";")[0].strip().lower()
 
 
 def model_from_body(content_type: str | None, body: bytes) -> tuple[str | None, dict | None]:
@@ -155,26 +165,36 @@ def model_from_body(content_type: str | None, body: bytes) -> tuple[str | None, 
     """
     if not body:
         return None, None
-    media = (content_type or "").partition(";")[0].strip().lower()
+    media = _media(content_type)
     if media == MULTIPART:
         return _model_from_multipart(content_type or "", body), None
-    if media == FORM_URLENCODED:
-        if body.lstrip()[:1] in (b"{", b"["):  # curl -d's default type, on a JSON body
-            raise UnreadableBody(
-                415, "the body is JSON but its Content-Type is application/x-www-form-urlencoded (curl -d sends that "
-                "unless told otherwise): send it as application/json, with curl -H 'Content-Type: application/json'",
-            )
+    if media == FORM_URLENCODED and body.lstrip()[:1] not in (b"{", b"["):
         return _form_fields(body).get("model"), None
-    if media and media != "application/json" and not (media.endswith("+json") and "/" in media):
-        raise UnreadableBody(
-            415, f"the body's Content-Type is {media}, which this route does not read: send JSON as application/json "
-            f"(or a form as {MULTIPART} or {FORM_URLENCODED})",
-        )
+    refuse_unless_json(content_type, body, forms=f" (or a form as {MULTIPART} or {FORM_URLENCODED})")
     document = parse_json(body)
     if isinstance(document, dict):
         model = document.get("model")
         return (model if isinstance(model, str) else None), document
     return None, None
+
+
+def refuse_unless_json(content_type: str | None, body: bytes, forms: str = "") -> None:
+    """UnreadableBody (415) unless the Content-Type says JSON (`application/json`, `+json`) or is absent.
+
+    A page can send `text/plain` or a form's type to another site without a preflight, so a
+    body under those types is never read as JSON; `forms` names what else the route reads.
+    """
+    media = _media(content_type)
+    if media == FORM_URLENCODED and body.lstrip()[:1] in (b"{", b"["):  # curl -d's default type, on a JSON body
+        raise UnreadableBody(
+            415, "the body is JSON but its Content-Type is application/x-www-form-urlencoded (curl -d sends that "
+            "unless told otherwise): send it as application/json, with curl -H 'Content-Type: application/json'",
+        )
+    if media and media != "application/json" and not (media.endswith("+json") and "/" in media):
+        raise UnreadableBody(
+            415, f"the body's Content-Type is {media}, which this route does not read: send JSON as application/json"
+            f"{forms}",
+        )
 
 
 def parse_json(body: bytes) -> object:
@@ -224,13 +244,14 @@ def _form_fields(body: bytes) -> dict[str, str]:
 
 
 def _model_from_multipart(content_type: str, body: bytes) -> str | None:
-    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body)
-    if not message.is_multipart():
-        return None
-    for part in message.iter_parts():
-        if part.get_param("name", header="content-disposition") == "model":
-            payload = part.get_payload(decode=True)
-            return payload.decode(errors="replace").strip() if payload is not None else None
+    """The first `model` field's value; UnreadableBody (400) for a form `multipart.form_fields` refuses."""
+    try:
+        fields = form_fields(content_type, body)
+    except MalformedForm as error:
+        raise UnreadableBody(400, str(error)) from None
+    for field in fields or ():
+        if field.name == "model":
+            return body[field.start:field.end].decode(errors="replace").strip()
     return None
 
 
@@ -245,26 +266,16 @@ def replace_form_field(content_type: str, body: bytes, field: str, value: str) -
 
 
 def replace_multipart_field(content_type: str, body: bytes, field: str, value: str) -> bytes:
-    """The multipart body with form field `field` holding `value`; every other byte as it was."""
-    boundary = _param(content_type, "content-type", "boundary")
-    if not boundary:
+    """The multipart body with form field `field` holding `value`; every other byte as it was.
+
+    A body that is no readable form (an `/upstream/` request's, never read for its model) goes as it came."""
+    try:
+        fields = form_fields(content_type, body)
+    except MalformedForm:
         return body
-    delimiter = b"--" + boundary.encode()
-    pieces = body.split(delimiter)
-    for index in range(1, len(pieces) - 1):  # between the preamble and the closing `--`
-        head, separator, _ = pieces[index].partition(b"\r\n\r\n")
-        if not separator:
-            continue
-        for line in head.split(b"\r\n"):
-            name, colon, header = line.decode(errors="replace").partition(":")
-            disposition = colon and name.strip().lower() == "content-disposition"
-            if disposition and _param(header.strip(), "content-disposition", "name") == field:
-                pieces[index] = head + separator + value.encode() + b"\r\n"
-    return delimiter.join(pieces)
-
-
-def _param(value: str, header: str, name: str) -> str | None:
-    message = Message()
-    message[header] = value
-    found = message.get_param(name, header=header)
-    return found if isinstance(found, str) else None
+    pieces, done = [], 0
+    for found in fields or ():
+        if found.name == field:
+            pieces += [body[done:found.start], value.encode()]
+            done = found.end
+    return b"".join([*pieces, body[done:]]) if pieces else body

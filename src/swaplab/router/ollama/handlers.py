@@ -37,7 +37,7 @@ from swaplab.router.ollama.translate import (
     model_name,
     streaming,
 )
-from swaplab.router.targets import LocalTarget, PeerTarget, resolve
+from swaplab.router.targets import LocalTarget, PeerTarget, UnreadableBody, refuse_unless_json, resolve
 
 if TYPE_CHECKING:
     from swaplab.config.model import Config
@@ -316,6 +316,10 @@ class OllamaApi:
 
 async def _read_json(request: web.Request) -> dict[str, Any] | web.Response:
     body = await request.read()
+    try:  # Ollama's clients send application/json; a text/plain body (a page's, cross-site) is never taken
+        refuse_unless_json(request.headers.get("Content-Type"), body)
+    except UnreadableBody as refusal:
+        return error_response(refusal.status, str(refusal))
     if not body.strip():
         return error_response(400, "the body is empty: send a JSON object")
     try:
