@@ -21,6 +21,7 @@ DEFAULT_CORS_MAX_AGE = 600
 MIB = 1024 * 1024
 DEFAULT_HEADER_TIMEOUT = 30.0
 DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_WRITE_TIMEOUT = 60.0  # nginx's send_timeout
 DEFAULT_MAX_BODY_MB = 256
 DEFAULT_MAX_WEBSOCKET_MESSAGE_MB = 16
 DEFAULT_LARGE_BODY_MB = 16
@@ -47,12 +48,14 @@ class Cors:
 
 @dataclass(frozen=True)
 class Limits:
-    """`security.limits`: how long and how much a client may take to send a request."""
+    """`security.limits`: how long and how much a client may take to send a request (and to read its answer)."""
 
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     """Seconds a connection may take to send a request's line and headers (and may sit idle between requests)."""
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     """Seconds a request's body may go without a byte arriving."""
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT
+    """Seconds a client may read nothing of its answer while bytes wait for it; then it is cut (`inflight`)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * MIB
     max_websocket_message_bytes: int = DEFAULT_MAX_WEBSOCKET_MESSAGE_MB * MIB
     large_body_bytes: int = DEFAULT_LARGE_BODY_MB * MIB
@@ -134,6 +137,7 @@ def _read_limits(section: YamlSection | None) -> Limits:
     limits = Limits(
         header_timeout=seconds("headerTimeout", DEFAULT_HEADER_TIMEOUT),
         body_timeout=seconds("bodyTimeout", DEFAULT_BODY_TIMEOUT),
+        write_timeout=seconds("writeTimeout", DEFAULT_WRITE_TIMEOUT),
         max_body_bytes=mib("maxBodyMB", DEFAULT_MAX_BODY_MB),
         max_websocket_message_bytes=mib("maxWebsocketMessageMB", DEFAULT_MAX_WEBSOCKET_MESSAGE_MB),
         large_body_bytes=mib("largeBodyMB", DEFAULT_LARGE_BODY_MB),

@@ -102,7 +102,10 @@ class Router:
         self.performance = PerformanceSampler(config.performance_every, config.performance_disabled)
         self.metrics.watch_performance(self.performance.latest)
         self.captures = CaptureStore(config.capture_buffer_mb)
-        self.inflight = InFlight(self.events, self._secrets, lambda: self.config.security.trusted_proxies)
+        self.inflight = InFlight(
+            self.events, self._secrets, lambda: self.config.security.trusted_proxies,
+            lambda: self.config.security.limits.write_timeout,
+        )
         self.forwarder = Forwarder(
             self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles, self.captures, self.inflight
         )

@@ -281,8 +281,10 @@ class Forwarder:
             self.config.session_id_headers, self._captures if capture and tracking.activity else None,
             {"selector": selector} if selector is not None else None,
         )
-        if self._inflight is not None and tracking.in_flight:
-            self._inflight.add(observation, request)  # removed where it is recorded (or forgotten), when it ends
+        if self._inflight is not None:
+            # Removed where it is recorded (or forgotten), when it ends. Unlisted ones too are watched
+            # for `security.limits.writeTimeout`: any request to a model holds it.
+            self._inflight.add(observation, request, listed=tracking.in_flight)
         return observation
 
     def _forget(self, observation: RequestObservation) -> None:

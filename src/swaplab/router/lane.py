@@ -1,5 +1,9 @@
 """The router's front door: a model request on the common path is served without aiohttp's server.
 
+It is one concept in one module (about 520 lines): one connection's life on the lane, from
+its first byte to its answer or its hand-over to aiohttp, where reading, deadlines, pacing
+and the hand-over share the connection's state and must change it together.
+
 Every connection to the router starts on a `LaneConnection`. It reads a request's line and
 headers (llhttp, through httptools) and, for a request the lane takes, its body; then the
 request goes to the same handler aiohttp would call (`Forwarder.handle_model_request`), as a
@@ -11,9 +15,11 @@ docs/performance.md).
 
 The lane takes an HTTP/1.1 `POST` to one of the model routes (`targets.MODEL_ROUTES`) with
 a `Content-Length` body no larger than `security.limits.largeBodyMB`, no `Expect`, no
-`Transfer-Encoding` and no upgrade, that the Host and Origin policy lets on (`policy.decide`,
-as the guard) and that carries a valid key when `apiKeys` are set (as `auth`), both read
-from its head before a byte of its body is waited for. Anything
+`Transfer-Encoding` and no upgrade, with one `Host` and no second of any header aiohttp's
+parser takes once (`SINGLETON_HEADERS`: without `Host`, or with two, aiohttp answers 400),
+that the Host and Origin policy lets on (`policy.decide`, as the guard) and that carries a
+valid key when `apiKeys` are set (as `auth`), both read from its head before a byte of its
+body is waited for. Anything
 else, from the first byte the lane could not take, is handed to aiohttp's server: the
 connection's protocol becomes aiohttp's, which is given every byte read so far and reads
 the rest itself. So a preflight, a refused request, a missing key, a large or chunked body,
@@ -26,7 +32,11 @@ of the end of the last answer, and a body may go `bodyTimeout` without a byte (a
 as the guard answers it), both from one timer for all connections; a client that leaves
 cancels its handler (aiohttp's `handler_cancellation`); the router's CORS headers replace
 the backend's; `logRequests` writes its line; the connection is kept alive unless the
-client or the answer says otherwise, and requests a client sends ahead are read in turn.
+client or the answer says otherwise, and requests a client sends ahead are read in turn,
+each once the answer before it has left: while the client's socket takes no more (writes
+paused) the lane reads nothing from it, so a client that sends without reading holds a
+bounded few MiB, whoever answers. A client that half-closes (sends its end) is taken to have
+left, as by aiohttp's server: cancel on disconnect rests on that end.
 `SWAPLAB_LANE=off` sends every request to aiohttp.
 """
 
@@ -42,6 +52,7 @@ from enum import Enum
 import httptools
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_parser import SINGLETON_HEADERS
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from swaplab.config.model import Config
@@ -59,6 +70,8 @@ LANE_ENV = "SWAPLAB_LANE"
 LANE_ROUTES = frozenset(MODEL_ROUTES)
 # aiohttp's own limit on a request line or header line: a head past it goes to aiohttp, which answers it.
 HEAD_LIMIT = 8190
+# Headers aiohttp's parser refuses twice (`Duplicate 'Host' header found.`, a 400): such a head goes to it.
+_SINGLETONS = frozenset(name.encode() for name in SINGLETON_HEADERS)
 # Bytes a client may send ahead while its request is served before its reading is paused.
 READ_AHEAD = 1024 * 1024
 # Verdicts kept per (Host, Origin, Sec-Fetch-Site): beyond this many, decided each time.
@@ -212,7 +225,9 @@ class LaneConnection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._length = 0
         self._plain = True
-        """No header that keeps the request off the lane (chunks, Expect, an upgrade)."""
+        """No header that keeps the request off the lane (chunks, Expect, an upgrade, a second `Host` or other singleton)."""
+        self._singletons: set[bytes] = set()
+        """The head's headers that may come once (aiohttp's `SINGLETON_HEADERS`), lower-case."""
         self._body_at = 0
         self._body_end = 0
         self._request: LaneRequest | None = None
@@ -236,9 +251,7 @@ class LaneConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         if self.state is State.SERVING:
-            if len(self.buffer) > READ_AHEAD and not self._reading_paused and self.transport is not None:
-                self._reading_paused = True
-                self.transport.pause_reading()
+            self._pace_reading()
             return
         try:
             self._advance()
@@ -250,7 +263,11 @@ class LaneConnection(asyncio.Protocol):
                 self.close()
 
     def eof_received(self) -> bool | None:
-        return None  # as aiohttp's server: the connection closes
+        """The client sent its end: the connection closes, and a request being served is cancelled, as
+        aiohttp's server (with `handler_cancellation`) does. A FIN is how a client that left is told from
+        one still reading, so cancel on disconnect rests on it; a client that half-closes after a request
+        the router cannot answer at once is taken to have left, on both front doors."""
+        return None
 
     def connection_lost(self, error: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -263,10 +280,31 @@ class LaneConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writing_paused = True
+        self._pace_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
         self._wake_writer()
+        self._pace_reading()
+
+    def _pace_reading(self) -> None:
+        """Read from the client only while its answers leave and what it sent ahead is bounded.
+
+        A client that sends without reading (pipelined requests the lane answers itself, a 404
+        each) would otherwise have its answers pile up in the transport without bound: while
+        writes are paused nothing more is read, and no further request is taken (`_serve`
+        waits for the drain before the next).
+        """
+        transport = self.transport
+        if transport is None or self.state is State.GONE:
+            return
+        hold = self._writing_paused or (self.state is State.SERVING and len(self.buffer) > READ_AHEAD)
+        if hold and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif not hold and self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
 
     def _wake_writer(self) -> None:
         waiter, self._drain = self._drain, None
@@ -296,6 +334,10 @@ class LaneConnection(asyncio.Protocol):
             self._length = int(value) if value.isdigit() else -1
         elif lower in (b"transfer-encoding", b"expect", b"upgrade"):
             self._plain = False
+        if lower in _SINGLETONS:
+            if lower in self._singletons:
+                self._plain = False  # aiohttp's 400
+            self._singletons.add(lower)
         self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
 
     # the lane
@@ -331,12 +373,15 @@ class LaneConnection(asyncio.Protocol):
         self._headers = []
         self._length = 0
         self._plain = True
+        self._singletons = set()
         parser = httptools.HttpRequestParser(self)
         try:
             parser.feed_data(bytes(self.buffer[:size]))
         except (httptools.HttpParserError, httptools.HttpParserUpgrade):  # malformed, or an upgrade: aiohttp's
             return False
         if not self._plain or self._length < 0 or parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
+            return False
+        if b"host" not in self._singletons:  # HTTP/1.1 without `Host`: aiohttp's 400
             return False
         if parser.should_upgrade() or self._length > self.server.config().security.limits.large_body_bytes:
             return False
@@ -391,6 +436,8 @@ class LaneConnection(asyncio.Protocol):
                 logged = _Logged(response.status, response.body_length)
             else:
                 logged = self._answer(request, response)  # type: ignore[arg-type]
+            # The next request sent ahead waits until this answer has left (as aiohttp's writer drains).
+            await self.drain()
         except asyncio.CancelledError:
             # The client left, or the request was cancelled (`POST /api/inflight/{id}/cancel` while
             # it waited): as aiohttp's server, the connection ends.
@@ -433,11 +480,9 @@ class LaneConnection(asyncio.Protocol):
             return
         self.state = State.HEAD
         self.server.wait(self, self.server.config().security.limits.header_timeout)
-        if self._reading_paused:
-            self._reading_paused = False
-            self.transport.resume_reading()
         if self.buffer:
             self._advance()
+        self._pace_reading()  # once the next request sent ahead is taken: more than READ_AHEAD of them stay unread
 
     def expire(self) -> None:
         """Its deadline passed: a head that never ended closes the connection; a body that stalled is answered 408."""

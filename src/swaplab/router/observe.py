@@ -119,7 +119,8 @@ class RequestObservation:
         self.upstream: Any = None
         """The upstream response being relayed (an aiohttp ClientResponse), for a cancel to close."""
         self.cancelled = ""
-        """Why the request was cancelled from outside (`POST /api/inflight/{id}/cancel`), "" unless it was."""
+        """Why the request was cancelled from outside (`POST /api/inflight/{id}/cancel`, or cut by
+        `security.limits.writeTimeout`), "" unless it was; the error of a request that then ends unfinished."""
         self.flight: Any = None
         """Its entry in the in-flight list while it is on its way (`inflight.Flight`)."""
         self._record: ActivityRecord | None = None
@@ -280,7 +281,7 @@ class RequestObservation:
         self._ended_at = time.perf_counter()
         self._completed = completed
         self._disconnected = disconnected
-        self._error = error
+        self._error = error if error is not None or completed else self.cancelled or None
         if self.pending is not None:
             self.pending.arrive()  # its bytes no longer take room from the requests still running
         if self.on_end is not None:
