@@ -94,34 +94,35 @@ def test_a_client_that_pipelines_without_reading_is_not_read_further(router_fact
         router.close()
 
 
-def test_a_client_that_half_closes_is_taken_to_have_left_on_both_front_doors(router_factory, tmp_path):
-    """A FIN is how a client that left is told from one still reading: both front doors cancel the request it
-    sent (cancel on disconnect rests on it, tests/test_router.py), and answer it the same way."""
-    body = json.dumps({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}).encode()
+CHAT = json.dumps({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def answers_on_both_paths(router_factory, tmp_path, payload: bytes, *, half_close: bool = False) -> dict[str, bytes]:
+    """What each front door (the lane, aiohttp's server) answers one connection that sends `payload`."""
     answers = {}
     for lane in ("on", "off"):
         (tmp_path / lane).mkdir()
         router = router_factory(CONFIG, workdir=tmp_path / lane, env={"SWAPLAB_LANE": lane})
         with socket.create_connection(("127.0.0.1", router.port)) as sock:
-            sock.sendall(request(body, b"Host: 127.0.0.1"))
-            sock.shutdown(socket.SHUT_WR)
+            sock.sendall(payload)
+            if half_close:
+                sock.shutdown(socket.SHUT_WR)
             answers[lane] = read_to_end(sock, 60)
         router.close()
+    return answers
+
+
+def test_a_client_that_half_closes_is_taken_to_have_left_on_both_front_doors(router_factory, tmp_path):
+    """A FIN is how a client that left is told from one still reading: both front doors cancel the request it
+    sent (cancel on disconnect rests on it, tests/test_router.py), and answer it the same way."""
+    answers = answers_on_both_paths(router_factory, tmp_path, request(CHAT, b"Host: 127.0.0.1"), half_close=True)
     assert answers["on"] == answers["off"] == b"", answers
 
 
 @pytest.mark.parametrize("hosts", [(), (b"Host: 127.0.0.1", b"Host: 127.0.0.1"), (b"Host: 127.0.0.1", b"host: localhost")],
                          ids=["no Host", "two Hosts", "two Hosts that differ"])
 def test_host_rules_equal_aiohttps(router_factory, tmp_path, hosts):
-    body = json.dumps({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}).encode()
-    answers = {}
-    for lane in ("on", "off"):
-        (tmp_path / lane).mkdir()
-        router = router_factory(CONFIG, workdir=tmp_path / lane, env={"SWAPLAB_LANE": lane})
-        with socket.create_connection(("127.0.0.1", router.port)) as sock:
-            sock.sendall(request(body, *hosts))
-            answer = read_to_end(sock, 30)
-        head, _, rest = answer.partition(b"\r\n\r\n")
-        answers[lane] = head.split(b"\r\n")[0], rest
-    assert answers["on"] == answers["off"]
-    assert answers["off"][0].split(b" ")[1] == b"400", answers
+    answers = answers_on_both_paths(router_factory, tmp_path, request(CHAT, *hosts))
+    heads = {lane: answer.partition(b"\r\n\r\n") for lane, answer in answers.items()}
+    assert (heads["on"][0].split(b"\r\n")[0], heads["on"][2]) == (heads["off"][0].split(b"\r\n")[0], heads["off"][2])
+    assert heads["off"][0].split(b" ")[1] == b"400", answers
