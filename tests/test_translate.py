@@ -202,17 +202,16 @@ def test_responses_function_and_custom_tools(router):
     assert patched.output[0].input == "*** Begin Patch\n*** End Patch"
 
 
+def _peer_router(tmp_path, sim: Sim, model: str) -> Router:
+    """A router with no models of its own and `sim` as its one peer, serving `model`."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"models: {{}}\npeers:\n  box:\n    proxy: {sim.url}\n    models: [{model}]\n")
+    return Router(config, tmp_path)
+
+
 def test_a_peer_without_the_route_is_learned_from_its_404(tmp_path):
     sim = Sim(tmp_path, "--engine", "tabby", "--disable-auth", "true", "--default-max-tokens", "3", model="remote")
-    config = tmp_path / "config.yaml"
-    config.write_text(textwrap.dedent(f"""\
-        models: {{}}
-        peers:
-          chatonly:
-            proxy: {sim.url}
-            models: [remote]
-        """))
-    router = Router(config, tmp_path)
+    router = _peer_router(tmp_path, sim, "remote")
     try:
         client = _anthropic(router)
         for _ in range(2):
@@ -230,15 +229,7 @@ def test_a_peer_without_the_route_is_learned_from_its_404(tmp_path):
 
 def test_a_404_about_the_model_is_not_a_missing_route(tmp_path):
     sim = Sim(tmp_path, "--engine", "vllm", "--served-model-name", "other", model="other")
-    config = tmp_path / "config.yaml"
-    config.write_text(textwrap.dedent(f"""\
-        models: {{}}
-        peers:
-          vllm:
-            proxy: {sim.url}
-            models: [wrong-name]
-        """))
-    router = Router(config, tmp_path)
+    router = _peer_router(tmp_path, sim, "wrong-name")
     try:
         with pytest.raises(anthropic.NotFoundError) as raised:
             _anthropic(router).messages.create(model="wrong-name", max_tokens=3,

@@ -57,6 +57,7 @@ from swaplab.router.proxy import (
     UpstreamPools,
     forward_headers,
     relay,
+    error_text,
     relay_reshaped,
 )
 from swaplab.router.recovery import Failure, explain_break, recover
@@ -358,7 +359,7 @@ class Forwarder:
                     learned = await self.routes.after_404(request, upstream, ("model", model.id, model.cmd),
                                                           model.translate, sent_path, document, name, f"model {model.id!r}")
                     if isinstance(learned, web.Response):  # a request the translation refuses
-                        observation.fail(learned.status, translate.message_of(learned))
+                        observation.fail(learned.status, error_text(learned.body))  # type: ignore[arg-type]  # json_response's: bytes
                         observation.answered(learned, learned.body)  # type: ignore[arg-type]  # json_response's: bytes
                         return learned
                     if isinstance(learned, translate.Translation):  # sent again, translated: not a new attempt
@@ -464,7 +465,7 @@ class Forwarder:
                 learned = await self.routes.after_404(request, upstream, ("peer", peer.id, peer.proxy), peer.translate,
                                                       path, document, name, f"peer {peer.id!r}")
                 if isinstance(learned, web.Response):
-                    observation.fail(learned.status, translate.message_of(learned))
+                    observation.fail(learned.status, error_text(learned.body))  # type: ignore[arg-type]  # json_response's: bytes
                     observation.answered(learned, learned.body)  # type: ignore[arg-type]
                     return learned
                 if not isinstance(learned, translate.Translation):

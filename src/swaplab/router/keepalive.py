@@ -24,7 +24,7 @@ from swaplab.router.reply import stream_response
 EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-_HEARTBEATS = {
+HEARTBEATS = {
     Dialect.OPENAI: b": keep-alive\n\n",
     Dialect.RESPONSES: b": keep-alive\n\n",
     Dialect.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n',
@@ -214,7 +214,7 @@ class KeepAlive:
                 if self._producer is not None:
                     payload = self._producer()
                 else:
-                    payload = self._heartbeat() if self._heartbeat is not None else _HEARTBEATS[self.dialect]
+                    payload = self._heartbeat() if self._heartbeat is not None else HEARTBEATS[self.dialect]
                 await self.response.write(payload)
                 self.beats += 1
             finally:

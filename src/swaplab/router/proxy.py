@@ -255,7 +255,7 @@ async def relay(
                 observation.on_chunk(answer)
             if explain_error is not None:
                 answer = explain_error(upstream.status, answer) or answer
-            failure = f"the backend answered HTTP {upstream.status}: {_error_text(answer)}"
+            failure = f"the backend answered HTTP {upstream.status}: {error_text(answer)}"
             event = error_event(failure, dialect, upstream.status)
             if observation is not None:
                 observation.wrote(event)
@@ -409,10 +409,10 @@ async def relay_reshaped(
                 observation.on_chunk(answer)
             if explain_error is not None and upstream.status >= 400:
                 answer = explain_error(upstream.status, answer) or answer
-            failure = f"the backend answered HTTP {upstream.status}: {_error_text(answer)}"
+            failure = f"the backend answered HTTP {upstream.status}: {error_text(answer)}"
             if response is None:
                 status = upstream.status if upstream.status >= 400 else 502
-                whole = reshape.error_response(status, _error_text(answer) if upstream.status >= 400 else failure)
+                whole = reshape.error_response(status, error_text(answer) if upstream.status >= 400 else failure)
                 return await send_whole(request, whole.status, whole.body, whole.content_type), False  # type: ignore[arg-type]
             event = reshape.error(failure)
             if observation is not None:
@@ -485,7 +485,7 @@ async def relay_reshaped(
             observation.end(completed=completed, disconnected=disconnected, error=failure)
 
 
-def _error_text(body: bytes) -> str:
+def error_text(body: bytes) -> str:
     """The message of an OpenAI- or Anthropic-style JSON error, else the body as text."""
     text = body.decode(errors="replace")
     try:

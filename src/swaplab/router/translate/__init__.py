@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from swaplab.router.reshape import RESHAPE, Reshape
@@ -25,7 +24,7 @@ from swaplab.router.translate.common import CHAT_PATH, BadRequest
 ROUTES = {"/v1/messages": "messages", "/v1/messages/count_tokens": "messages", "/v1/responses": "responses"}
 APIS = ("messages", "responses")
 
-__all__ = ["APIS", "CHAT_PATH", "ROUTES", "BadRequest", "Translation", "begin", "message_of", "translation"]
+__all__ = ["APIS", "CHAT_PATH", "ROUTES", "BadRequest", "Translation", "begin", "translation"]
 
 
 @dataclass(frozen=True)
@@ -64,15 +63,6 @@ def begin(request: web.Request, path: str, document: dict[str, Any], requested: 
                                          "translates it to a chat completion)")
     request[RESHAPE] = translated.reshape
     return translated
-
-
-def message_of(response: web.Response) -> str:
-    """The message of an error answer made here (Anthropic's or OpenAI's shape)."""
-    try:
-        error = orjson.loads(response.body).get("error")  # type: ignore[arg-type]
-    except (TypeError, ValueError, AttributeError):
-        return ""
-    return error.get("message", "") if isinstance(error, dict) else str(error)
 
 
 def error_response(path: str, status: int, message: str) -> web.Response:

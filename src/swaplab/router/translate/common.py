@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from swaplab.router.keepalive import Dialect
+from swaplab.router.keepalive import HEARTBEATS, Dialect
 
 CHAT_PATH = "/v1/chat/completions"
 JSON = "application/json"
@@ -147,7 +147,7 @@ class ChatReader:
         return self.closing()
 
     def heartbeat(self) -> bytes:
-        return b": keep-alive\n\n"
+        return HEARTBEATS[self.dialect]
 
     def loading(self, text: str) -> bytes:
         return self.heartbeat()

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from swaplab.router.keepalive import Dialect
+from swaplab.router.keepalive import Dialect, error_event
 from swaplab.router.translate.common import (
     BadRequest,
     ChatReader,
@@ -40,7 +40,6 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
                529: "overloaded_error"}
-_PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
 def error_response(status: int, message: str) -> web.Response:
@@ -201,9 +200,6 @@ class MessagesReply(ChatReader):
         self._blocks: list[dict[str, Any]] = []
         self._tools: dict[int, int] = {}  # tool call index -> its block
 
-    def heartbeat(self) -> bytes:
-        return _PING
-
     def _message(self, content: list[dict[str, Any]], stop_reason: str | None, output: int, input_: int) -> dict[str, Any]:
         return {"id": self.id, "type": "message", "role": "assistant", "content": content, "model": self.model,
                 "stop_reason": stop_reason, "stop_sequence": None,
@@ -280,7 +276,7 @@ class MessagesReply(ChatReader):
         return out + sse("message_stop", {"type": "message_stop"})
 
     def error(self, message: str) -> bytes:
-        return sse("error", {"type": "error", "error": {"type": "api_error", "message": message}})
+        return error_event(message, Dialect.ANTHROPIC)
 
     def whole_error(self) -> bytes:
         return orjson.dumps({"type": "error", "error": {"type": "api_error", "message": self.failure}})
