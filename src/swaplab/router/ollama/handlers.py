@@ -8,6 +8,11 @@ the OpenAI routes' own; the reply comes back in Ollama's shape (`replies`). An e
 model-management routes (`pull`, `push`, `create`, `copy`, `delete`, `blobs`) answer that
 models live in the config file. `/api/version` is llama-swap's route (`router.api`), whose
 answer carries Ollama's `version` field too.
+
+A body past `OFF_LOOP_BYTES` (a 200 MiB image is seconds of parsing and base64) is parsed,
+translated and encoded in a thread, a step at a time, so that the loop goes on answering
+meanwhile and each step's input can be let go before the next; a smaller one stays on the loop.
+orjson's parse and encode are each one call that holds the GIL: the loop still waits on those.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
 import psutil
@@ -37,7 +43,14 @@ from swaplab.router.ollama.translate import (
     model_name,
     streaming,
 )
-from swaplab.router.targets import LocalTarget, PeerTarget, UnreadableBody, refuse_unless_json, resolve
+from swaplab.router.targets import (
+    OFF_LOOP_FORM_BYTES,
+    LocalTarget,
+    PeerTarget,
+    UnreadableBody,
+    refuse_unless_json,
+    resolve,
+)
 
 if TYPE_CHECKING:
     from swaplab.config.model import Config
@@ -55,6 +68,10 @@ EMPTY_DETAILS = {"parent_model": "", "format": "", "family": "", "families": [],
                  "quantization_level": ""}
 # Fleet states in which a model holds memory, as Ollama's `ps` lists its loaded runners.
 LOADED_STATES = frozenset({"starting", "ready", "falling_asleep", "sleeping", "waking"})
+OFF_LOOP_BYTES = OFF_LOOP_FORM_BYTES
+"""A request body past this (64 KiB, where a form too is read in a thread) is parsed, translated and encoded
+off the loop."""
+_Result = TypeVar("_Result")
 
 
 class Router(Protocol):
@@ -96,10 +113,8 @@ class OllamaApi:
         return await self._generation(request, chat=False)
 
     async def _generation(self, request: web.Request, chat: bool) -> web.StreamResponse:
-        document = await _read_json(request)
-        if isinstance(document, web.Response):
-            return document
         try:
+            document, large = await _read_json(request)
             requested = model_name(document)
             stream = streaming(document)
             keep_alive = keep_alive_seconds(document.get("keep_alive"))
@@ -115,41 +130,43 @@ class OllamaApi:
             # Always streamed from the backend, whatever the client asked: its first token times the prompt's
             # evaluation apart from the reply's, where the backend reports no timings of its own.
             if chat:
-                path, body = CHAT_PATH, chat_request(document, name, True)
+                path, body = CHAT_PATH, await off_loop_if(large, chat_request, document, name, True)
             else:
-                path, body = generate_request(document, name, True, chat=self._chats(name))
+                path, body = await off_loop_if(large, generate_request, document, name, True, self._chats(name))
+            del document  # the client's images, once their data URLs are made: not held while the request runs
+            encoded = await off_loop_if(large, _encoded, body)
+        except UnreadableBody as refusal:
+            return error_response(refusal.status, str(refusal))
         except BadRequest as error:
             return error_response(400, str(error))
         reply = ChatReply(requested, request.path, stream, keep_alive, generate=not chat)
-        return await self._forward(request, reply, name, path, body)
+        return await self._forward(request, reply, name, path, body, encoded)
 
     async def handle_embed(self, request: web.Request) -> web.StreamResponse:
-        document = await _read_json(request)
-        if isinstance(document, web.Response):
-            return document
         legacy = request.path == "/api/embeddings"
         try:
+            document, large = await _read_json(request)
             requested = model_name(document)
             keep_alive = keep_alive_seconds(document.get("keep_alive"))
             name = self._name(requested)
             if name is None:
                 return self._not_found(requested)
-            body, inputs = embed_request(document, name, legacy)
+            body, inputs = await off_loop_if(large, embed_request, document, name, legacy)
+            del document
+            encoded = await off_loop_if(large, _encoded, body) if inputs else b""
+        except UnreadableBody as refusal:
+            return error_response(refusal.status, str(refusal))
         except BadRequest as error:
             return error_response(400, str(error))
         if not inputs:  # Ollama's answer to an empty prompt, without loading the model
             return web.json_response({"embedding": []})
         reply = EmbedReply(requested, request.path, keep_alive, legacy=legacy)
-        return await self._forward(request, reply, name, EMBEDDINGS_PATH, body)
+        return await self._forward(request, reply, name, EMBEDDINGS_PATH, body, encoded)
 
     async def _forward(
-        self, request: web.Request, reply: Reply, name: str, path: str, body: dict[str, Any]
+        self, request: web.Request, reply: Reply, name: str, path: str, body: dict[str, Any], encoded: bytes
     ) -> web.StreamResponse:
-        try:
-            orjson.dumps(body)  # what the forwarder sends: a value nested past orjson's depth is the client's fault
-        except orjson.JSONEncodeError as error:
-            return error_response(400, f"the request cannot be sent on: {error} (a value nested too deeply?)")
-        response = await self.router.forwarder.forward_reshaped(request, reply, name, path, body)
+        response = await self.router.forwarder.forward_reshaped(request, reply, name, path, body, encoded)
         if response.prepared or response.status < 400 or not isinstance(response, web.Response):
             return response
         # The router's own refusal (unknown model, over capacity, a start that failed), in OpenAI's
@@ -267,11 +284,11 @@ class OllamaApi:
         return document
 
     async def handle_show(self, request: web.Request) -> web.Response:
-        document = await _read_json(request)
-        if isinstance(document, web.Response):
-            return document
         try:
+            document, _ = await _read_json(request)
             requested = model_name(document)
+        except UnreadableBody as refusal:
+            return error_response(refusal.status, str(refusal))
         except BadRequest as error:
             return error_response(400, str(error))
         name = self._name(requested)
@@ -314,21 +331,43 @@ class OllamaApi:
         return error_response(400, message)
 
 
-async def _read_json(request: web.Request) -> dict[str, Any] | web.Response:
+def off_loop(body: bytes) -> bool:
+    """Whether a request's parsing, translation and upstream encoding run in a thread: a body past
+    `OFF_LOOP_BYTES`."""
+    return len(body) > OFF_LOOP_BYTES
+
+
+async def off_loop_if(large: bool, function: Callable[..., _Result], *arguments: Any) -> _Result:
+    """`function(*arguments)`: in a thread for a large body, so that the loop goes on answering; else here."""
+    if large:
+        return await asyncio.to_thread(function, *arguments)
+    return function(*arguments)
+
+
+async def _read_json(request: web.Request) -> tuple[dict[str, Any], bool]:
+    """The body's JSON object, and whether the body is large (`off_loop`); UnreadableBody says why there is none."""
     body = await request.read()
-    try:  # Ollama's clients send application/json; a text/plain body (a page's, cross-site) is never taken
-        refuse_unless_json(request.headers.get("Content-Type"), body)
-    except UnreadableBody as refusal:
-        return error_response(refusal.status, str(refusal))
-    if not body.strip():
-        return error_response(400, "the body is empty: send a JSON object")
+    # Ollama's clients send application/json; a text/plain body (a page's, cross-site) is never taken
+    refuse_unless_json(request.headers.get("Content-Type"), body)
+    if not body or body.isspace():  # `strip()`'s test without its copy of the body
+        raise UnreadableBody(400, "the body is empty: send a JSON object")
+    large = off_loop(body)
     try:
-        document = orjson.loads(body)  # its depth limit makes a bomb of brackets a 400, never a RecursionError
+        document = await off_loop_if(large, orjson.loads, body)  # its depth limit: a bomb of brackets is a 400
     except orjson.JSONDecodeError as error:
-        return error_response(400, f"the body is not JSON: {error}")
+        raise UnreadableBody(400, f"the body is not JSON: {error}") from None
     if not isinstance(document, dict):
-        return error_response(400, "the body must be a JSON object")
-    return document
+        raise UnreadableBody(400, "the body must be a JSON object")
+    return document, large
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    """The upstream request's body as the forwarder sends it, encoded once; BadRequest for a value nested past
+    orjson's depth (the client's doing)."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError as error:
+        raise BadRequest(f"the request cannot be sent on: {error} (a value nested too deeply?)") from None
 
 
 def _message(body: Any) -> str:

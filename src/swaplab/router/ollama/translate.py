@@ -316,22 +316,56 @@ _IMAGE_MAGIC = (
 )
 
 
+BASE64_PIECE = 1024 * 1024
+"""Characters of an image's base64 checked at a time (a multiple of 4): a large image is never decoded whole."""
+
+
 def image_url(value: Any, where: str) -> str:
-    """A base64 image as a `data:` URL of its own type."""
+    """A base64 image (or a `data:` URL) as a `data:` URL of its own type: one copy of the text at most, none when
+    the client sent that URL already."""
     if not isinstance(value, str) or not value:
         raise BadRequest(f"{where} must be a base64-encoded image, not {_shown(value)}")
-    text = value.split(",", 1)[1] if value.startswith("data:") else value
+    start = value.find(",") + 1 if value.startswith("data:") else 0  # a `data:` URL without a comma: not base64
     try:
-        head = base64.b64decode(text[:64] + "=" * (-len(text[:64]) % 4), validate=True)
-        base64.b64decode(text, validate=True)
+        first = value[start:start + 64]
+        head = base64.b64decode(first + "=" * (-len(first) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise BadRequest(f"{where} is not valid base64") from None
+    if not valid_base64(value, start):
+        raise BadRequest(f"{where} is not valid base64")
     for magic, mime in _IMAGE_MAGIC:
         if head.startswith(magic):
-            return f"data:{mime};base64,{text}"
+            return _data_url(mime, value, start)
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return f"data:image/webp;base64,{text}"
+        return _data_url("image/webp", value, start)
     raise BadRequest(f"{where} is not a PNG, JPEG, GIF, WebP or BMP image")
+
+
+def valid_base64(text: str, start: int = 0, piece: int = BASE64_PIECE) -> bool:
+    """Whether `base64.b64decode(text[start:], validate=True)` takes it, asked of `piece` characters at a time
+    (a multiple of 4), so that neither the decoded image nor an ASCII copy of its text is ever made whole."""
+    padding = text.find("=", start)
+    if padding < 0:
+        padding = len(text)
+    elif text.count("=", padding) != len(text) - padding:
+        return False  # something follows the padding, which validate refuses wherever it is
+    last = start + max(padding - start - 1, 0) // piece * piece  # where the last piece of data begins
+    try:
+        for at in range(start, last, piece):
+            base64.b64decode(text[at:at + piece], validate=True)
+        # The last piece with its padding, 3 `=` at most: more says what 3 do (a whole quad takes any number).
+        # The text itself, not a copy, when it is one piece.
+        base64.b64decode(text[last:padding + 3], validate=True)
+    except (binascii.Error, ValueError):  # ValueError: a character that is not ASCII
+        return False
+    return True
+
+
+def _data_url(mime: str, value: str, start: int) -> str:
+    prefix = f"data:{mime};base64,"
+    if start == len(prefix) and value.startswith(prefix):
+        return value
+    return prefix + value[start:]
 
 
 def _tool(tool: Mapping[str, Any], index: int) -> dict[str, Any]:
