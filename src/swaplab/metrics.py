@@ -412,6 +412,15 @@ class Metrics:
         """Show what the lane (router/lane.py) served and handed over: `counts()` gives both, read when rendered."""
         self.registry.register(LaneCollector(counts))
 
+    def watch_held_bodies(self, held: Callable[[], int]) -> None:
+        """Show the bytes of request bodies the router holds now (`security.limits.maxHeldBodiesMB`), read when rendered."""
+        gauge = Gauge(
+            "swaplab:request_bodies_held_bytes",
+            "Bytes of request bodies held now: being read, or read and not yet answered (both front doors).",
+            registry=self.registry,
+        )
+        gauge.set_function(held)
+
     def render(self) -> tuple[bytes, str]:
         """The metrics page: body and content type."""
         self._fold_waits()

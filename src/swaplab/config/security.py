@@ -11,7 +11,7 @@ what a client sends). docs/security.md explains each default.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from swaplab.config.yamlreader import YamlSection
 
@@ -21,11 +21,13 @@ DEFAULT_CORS_MAX_AGE = 600
 MIB = 1024 * 1024
 DEFAULT_HEADER_TIMEOUT = 30.0
 DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_BODY_DEADLINE = 300.0
 DEFAULT_WRITE_TIMEOUT = 60.0  # nginx's send_timeout
 DEFAULT_MAX_BODY_MB = 256
 DEFAULT_MAX_WEBSOCKET_MESSAGE_MB = 16
 DEFAULT_LARGE_BODY_MB = 16
 DEFAULT_MAX_LARGE_BODIES = 4
+DEFAULT_MAX_HELD_BODIES_MB = 1024
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Limits:
     """Seconds a connection may take to send a request's line and headers (and may sit idle between requests)."""
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     """Seconds a request's body may go without a byte arriving."""
+    body_deadline: float = DEFAULT_BODY_DEADLINE
+    """Seconds a request's whole body may take, however steadily it trickles in."""
     write_timeout: float = DEFAULT_WRITE_TIMEOUT
     """Seconds a client may read nothing of its answer while bytes wait for it; then it is cut (`inflight`)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_MB * MIB
@@ -61,6 +65,8 @@ class Limits:
     large_body_bytes: int = DEFAULT_LARGE_BODY_MB * MIB
     """A body past this (or of unknown length) needs one of `max_large_bodies` slots while it is read."""
     max_large_bodies: int = DEFAULT_MAX_LARGE_BODIES
+    max_held_body_bytes: int = DEFAULT_MAX_HELD_BODIES_MB * MIB
+    """Bytes of request bodies held at once, being read or read and not yet answered (`guard.HeldBodies`)."""
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -137,12 +143,22 @@ def _read_limits(section: YamlSection | None) -> Limits:
     limits = Limits(
         header_timeout=seconds("headerTimeout", DEFAULT_HEADER_TIMEOUT),
         body_timeout=seconds("bodyTimeout", DEFAULT_BODY_TIMEOUT),
+        body_deadline=seconds("bodyDeadline", DEFAULT_BODY_DEADLINE),
         write_timeout=seconds("writeTimeout", DEFAULT_WRITE_TIMEOUT),
         max_body_bytes=mib("maxBodyMB", DEFAULT_MAX_BODY_MB),
         max_websocket_message_bytes=mib("maxWebsocketMessageMB", DEFAULT_MAX_WEBSOCKET_MESSAGE_MB),
         large_body_bytes=mib("largeBodyMB", DEFAULT_LARGE_BODY_MB),
         max_large_bodies=section.integer("maxLargeBodies", DEFAULT_MAX_LARGE_BODIES, minimum=1),
+        max_held_body_bytes=mib("maxHeldBodiesMB", DEFAULT_MAX_HELD_BODIES_MB),
     )
+    if "maxHeldBodiesMB" not in section.entries:  # at least one body of the largest size the router takes
+        limits = replace(limits, max_held_body_bytes=max(limits.max_held_body_bytes, limits.max_body_bytes))
+    elif limits.max_held_body_bytes < limits.max_body_bytes:
+        section.findings.fault(
+            section.entries["maxHeldBodiesMB"].key_line,
+            f"{section.where('maxHeldBodiesMB')} ({limits.max_held_body_bytes / MIB:g}) must be at least "
+            f"maxBodyMB ({limits.max_body_bytes / MIB:g}): a body the router takes must fit in what it may hold",
+        )
     section.finish()
     return limits
 

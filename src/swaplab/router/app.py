@@ -33,12 +33,11 @@ from swaplab.results.loads import LoadRecord, recent_loads
 from swaplab.results.store import connect
 from swaplab.results.writer import ActivityWriter
 from swaplab.router.api import LlamaSwapApi
-from swaplab.router.auth import api_key_middleware
 from swaplab.router.batch import Batch
 from swaplab.router.captures import CaptureStore
 from swaplab.router.events import EventHub
 from swaplab.router.forward import Forwarder
-from swaplab.router.guard import BodySlots, body_middleware, guard_middleware, replace_cors_headers
+from swaplab.router.guard import BodySlots, HeldBodies, admission_middleware, guard_middleware, replace_cors_headers
 from swaplab.router.inflight import InFlight
 from swaplab.router.keepalive import EVENT_STREAM_HEADERS
 from swaplab.router.listing import model_records, peer_record, render_capabilities, status_of
@@ -102,6 +101,9 @@ class Router:
         self.performance = PerformanceSampler(config.performance_every, config.performance_disabled)
         self.metrics.watch_performance(self.performance.latest)
         self.captures = CaptureStore(config.capture_buffer_mb)
+        self.held_bodies = HeldBodies()
+        """Request bodies held at once, on both front doors (`security.limits.maxHeldBodiesMB`)."""
+        self.metrics.watch_held_bodies(lambda: self.held_bodies.held)
         self.inflight = InFlight(
             self.events, self._secrets, lambda: self.config.security.trusted_proxies,
             lambda: self.config.security.limits.write_timeout,
@@ -124,10 +126,9 @@ class Router:
 
     def app(self) -> web.Application:
         guard = guard_middleware(lambda: self.config.security, lambda: self.listen_loopback)
-        keys = api_key_middleware(lambda: self.config.api_keys, lambda: self.config.security.basic_auth)
-        body = body_middleware(lambda: self.config.security, BodySlots())
+        admit = admission_middleware(lambda: self.fleet.config, BodySlots(), self.held_bodies)
         app = web.Application(
-            client_max_size=AIOHTTP_MAX_BODY_BYTES, middlewares=[guard, keys, body, unmatched_route_middleware]
+            client_max_size=AIOHTTP_MAX_BODY_BYTES, middlewares=[guard, admit, unmatched_route_middleware]
         )
         app.on_response_prepare.append(replace_cors_headers)
         app[ROUTER_KEY] = self

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hmac
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -43,38 +42,31 @@ def key_matches(presented: str | None, keys: tuple[str, ...]) -> bool:
     return any([hmac.compare_digest(sent, key.encode()) for key in keys])
 
 
-def api_key_middleware(current_keys: Callable[[], tuple[str, ...]], offer_basic: Callable[[], bool]):
-    """Reject requests without a valid key while any key is configured (read per request: reloads apply).
+def key_refusal(request: web.Request, keys: tuple[str, ...], offer_basic: bool) -> web.Response | None:
+    """The 401 for a request without a valid key while `keys` are configured, or None (`guard.admission_middleware`
+    asks, before a byte of the body is read; a reload's keys apply to the next request).
 
     Every method needs the key, OPTIONS included: the CORS preflights a browser sends
     without credentials are answered before this (`router.guard`), and never forwarded.
     """
-
-    @web.middleware
-    async def check_key(
-        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        keys = current_keys()
-        if not keys or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
-            return await handler(request)
-        presented = presented_key(request)
-        if presented is None and request.method == "GET" and request.path.startswith(QUERY_KEY_PATHS):
-            presented = request.query.get("api_key") or None
-        if not key_matches(presented, keys):
-            body = {"error": {"message": "invalid or missing API key", "type": "authentication_error", "code": 401}}
-            response = web.json_response(body, status=401)
-            # Basic only when asked for (`security.basicAuth`): a browser then prompts, remembers the
-            # password and sends it with every request to this host, cross-site ones included.
-            # One challenge per header line: browsers ignore Basic when it shares a line.
-            if offer_basic():
-                response.headers.add("WWW-Authenticate", 'Basic realm="swaplab"')
-            response.headers.add("WWW-Authenticate", 'Bearer realm="swaplab"')
-            if request.body_exists and not request.content.is_eof():
-                # Refused on its headers (no body is read before this check): the connection ends.
-                # aiohttp drains what the client still sends for its lingering time, keeping none
-                # of it (so the client can read this answer rather than a reset), then closes.
-                response.force_close()
-            return response
-        return await handler(request)
-
-    return check_key
+    if not keys or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
+        return None
+    presented = presented_key(request)
+    if presented is None and request.method == "GET" and request.path.startswith(QUERY_KEY_PATHS):
+        presented = request.query.get("api_key") or None
+    if key_matches(presented, keys):
+        return None
+    body = {"error": {"message": "invalid or missing API key", "type": "authentication_error", "code": 401}}
+    response = web.json_response(body, status=401)
+    # Basic only when asked for (`security.basicAuth`): a browser then prompts, remembers the
+    # password and sends it with every request to this host, cross-site ones included.
+    # One challenge per header line: browsers ignore Basic when it shares a line.
+    if offer_basic:
+        response.headers.add("WWW-Authenticate", 'Basic realm="swaplab"')
+    response.headers.add("WWW-Authenticate", 'Bearer realm="swaplab"')
+    if request.body_exists and not request.content.is_eof():
+        # Refused on its headers (no body is read before this check): the connection ends.
+        # aiohttp drains what the client still sends for its lingering time, keeping none
+        # of it (so the client can read this answer rather than a reset), then closes.
+        response.force_close()
+    return response

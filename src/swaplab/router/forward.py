@@ -70,6 +70,7 @@ from swaplab.router.targets import (
     LocalTarget,
     PeerTarget,
     UnreadableBody,
+    OFF_LOOP_FORM_BYTES,
     model_from_body,
     reads_off_loop,
     replace_form_field,
@@ -131,7 +132,8 @@ class Forwarder:
         body = await request.read()
         content_type = request.headers.get("Content-Type")
         try:
-            if reads_off_loop(content_type, body):  # a large form: its parts are Python's work
+            # A large form: its parts are Python's work (the length first: every request passes here).
+            if len(body) > OFF_LOOP_FORM_BYTES and reads_off_loop(content_type, body):
                 name, document = await asyncio.to_thread(model_from_body, content_type, body)
             else:
                 name, document = model_from_body(content_type, body)
@@ -147,12 +149,14 @@ class Forwarder:
         return await self._forward(request, name, path, body, document)
 
     async def forward_reshaped(
-        self, request: web.Request, reshape: Reshape, name: str, path: str, document: dict
+        self, request: web.Request, reshape: Reshape, name: str, path: str, document: dict, body: bytes | None = None
     ) -> web.StreamResponse:
         """A request another API's route translated (`router.ollama`): `document` goes to the model's
-        `path` (an OpenAI route), and `reshape` gives the client the reply in its route's shape."""
+        `path` (an OpenAI route), and `reshape` gives the client the reply in its route's shape. `body` is
+        `document` already encoded, where the route did that itself (a large one, in a thread)."""
         request[RESHAPE] = reshape
-        body = filters.encode(document)
+        if body is None:
+            body = filters.encode(document)
         if self.profiles.active is not None or self.config.selectors:
             return await self._forward_routed(request, name, False, body, document, path)
         return await self._forward(request, name, path, body, document)
@@ -240,16 +244,17 @@ class Forwarder:
     async def _forward(
         self, request: web.Request, name: str, path: str, body: bytes, document: dict | None
     ) -> web.StreamResponse:
-        target = resolve(self.config, name)
+        config = self.fleet.config  # the property's, read once: every request passes here
+        target = resolve(config, name)
         if target is None and name.endswith(":latest") and document is not None:
             # Ollama's default tag: `codex --oss` sends the name as Ollama's /api/tags lists it (`smollm2:latest`).
-            target = resolve(self.config, name.removesuffix(":latest"))
+            target = resolve(config, name.removesuffix(":latest"))
             if target is not None:
                 name = name.removesuffix(":latest")
                 document = {**document, "model": name}
                 body = filters.encode(document)
         if target is None:
-            return unknown_model(self.config, name)  # not recorded: its label would be whatever was typed
+            return unknown_model(config, name)  # not recorded: its label would be whatever was typed
         if request.method == "GET" and is_upgrade(request.headers):  # on a MODEL_GET_ROUTES route
             if isinstance(target, PeerTarget):
                 return await self._websocket_to_peer(request, target, name, path)
@@ -279,7 +284,7 @@ class Forwarder:
         tracking = request.get(TRACKING, KEEP_ALL)
         observation = RequestObservation.of(
             request, model, path, name, peer, self._record if tracking.activity else self._forget,
-            self.config.session_id_headers, self._captures if capture and tracking.activity else None,
+            self.fleet.config.session_id_headers, self._captures if capture and tracking.activity else None,
             {"selector": selector} if selector is not None else None,
         )
         if self._inflight is not None:
@@ -298,7 +303,7 @@ class Forwarder:
     ) -> web.StreamResponse:
         reshape = request.get(RESHAPE)
         observation = self._observe(request, model_id, path if reshape is None else reshape.path, name)
-        model = self.config.models[model_id]
+        model = self.fleet.config.models[model_id]
         keepalive = self._keepalive(request, path, document, model.heartbeat_interval, reshape)
         lease: Lease | None = None
         try:

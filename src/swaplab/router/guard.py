@@ -1,14 +1,16 @@
-"""The first thing every request meets: the Host and Origin policy (`policy.decide`); after the key check, the body limits.
+"""The first things every request meets: the Host and Origin policy (`policy.decide`); then the key check and the body limits.
 
-`guard_middleware` runs before the key check and before any handler: a refused request is
-answered here, and a preflight is answered here, from the headers alone. `body_middleware`
-runs after the key check (so a keyless client is refused before a byte of its body is
-read): a request with a body has read it there, within `security.limits` (its
-`Content-Length` checked before a byte is read, a body that stalls answered 408, one past
-the size 413, and large bodies read a few at a time), so a handler's `await request.read()`
-only returns what was read. `replace_cors_headers` (the
-app's `on_response_prepare`) drops whatever CORS headers a backend sent and sets the
-policy's own, on every response, streamed and websocket ones included.
+`guard_middleware` runs before any handler: a refused request is answered here, and a
+preflight is answered here, from the headers alone. `admission_middleware` comes next: the
+key check (`auth.key_refusal`), so a keyless client is refused before a byte of its body is
+read; then a request with a body has read it there, within `security.limits` (its
+`Content-Length` checked before a byte is read, a body that stalls or takes too long in all
+answered 408, one past the size 413, large bodies read a few at a time, and all bodies held
+at once bounded, `HeldBodies`), so a handler's `await request.read()` only returns what was
+read. One middleware for both: each layer costs every request a coroutine.
+`replace_cors_headers` (the app's `on_response_prepare`) drops whatever CORS headers a
+backend sent and sets the policy's own, on every response, streamed and websocket ones
+included.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from swaplab.config.model import Config
 from swaplab.config.security import MIB, Limits, Security
+from swaplab.router.auth import key_refusal
 from swaplab.router.policy import Facts, Verdict, decide
 from swaplab.router.responses import error_response
 from swaplab.router.websocket import is_upgrade
@@ -41,6 +45,56 @@ class BodySlots:
         if bound != self._bound:
             self._bound, self._semaphore = bound, asyncio.Semaphore(bound)
         return self._semaphore
+
+
+class HeldBodies:
+    """The bytes of request bodies the router holds at once (`security.limits.maxHeldBodiesMB`), on both front doors.
+
+    A body counts from when its reading starts (its declared length; one of unknown length
+    as it comes) until its request is answered: a body read and waiting for its model to
+    start is held as surely as one being read. One that does not fit waits for room (the
+    guard, at most `bodyTimeout`, then a 503); the lane never waits, it hands such a request
+    to aiohttp's server. One that came whole with its head waits too: the 503 lets it go
+    rather than hold it while others are answered.
+    """
+
+    __slots__ = ("held", "waiting")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.waiting: list[asyncio.Future[None]] = []
+        """Who waits for room (`wait_to_take`), woken by `give`."""
+
+    def take(self, size: int, bound: int) -> bool:
+        """Hold `size` more bytes if they fit within `bound`."""
+        if self.held + size > bound:
+            return False
+        self.held += size
+        return True
+
+    def add(self, size: int) -> None:
+        """Count `size` bytes already in memory, whether or not they fit."""
+        self.held += size
+
+    def give(self, size: int) -> None:
+        """`size` bytes held are let go; whoever waits for room looks again."""
+        self.held -= size
+        if self.waiting:
+            self.wake()
+
+    def wake(self) -> None:
+        """Whoever waits for room looks again."""
+        waiters, self.waiting = self.waiting, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_to_take(self, size: int, bound: int) -> None:
+        """Hold `size` more bytes once they fit (the caller bounds the wait)."""
+        while not self.take(size, bound):
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiting.append(waiter)
+            await waiter
 
 
 def facts_of(request: web.Request, listen_loopback: bool) -> Facts:
@@ -76,70 +130,125 @@ def guard_middleware(current: Callable[[], Security], listen_loopback: Callable[
     return guard
 
 
-def body_middleware(current: Callable[[], Security], slots: BodySlots):
-    """A request's body read within the limits, after the key check (read per request: reloads apply)."""
+def admission_middleware(current: Callable[[], Config], slots: BodySlots, held: HeldBodies):
+    """After the policy: the key check (`auth.key_refusal`), then the request's body read within the limits,
+    counted in `held` until its answer is done (the config read per request: reloads apply)."""
 
     @web.middleware
-    async def read(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
-        if request.body_exists:
-            refused = await read_body(request, current().limits, slots)
+    async def admit(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        config = current()
+        if config.api_keys:
+            refused = key_refusal(request, config.api_keys, config.security.basic_auth)
             if refused is not None:
                 return refused
-        return await handler(request)
+        if not request.body_exists:
+            return await handler(request)
+        refused, holding = await read_body(request, config.security.limits, slots, held)
+        try:
+            return refused if refused is not None else await handler(request)
+        finally:
+            held.held -= holding  # `held.give`, inline
+            if held.waiting:
+                held.wake()
 
-    return read
+    return admit
 
 
-async def read_body(request: web.Request, limits: Limits, slots: BodySlots) -> web.Response | None:
-    """Read the body into the request (where `request.read()` finds it), or the answer that refuses it."""
+async def read_body(
+    request: web.Request, limits: Limits, slots: BodySlots, held: HeldBodies,
+) -> tuple[web.Response | None, int]:
+    """Read the body into the request (where `request.read()` finds it), or the answer that refuses it;
+    and the bytes it holds in `held` (the caller gives them back once the request is answered)."""
     declared = request.content_length
     if declared is not None and declared > limits.max_body_bytes:
-        return _too_large(declared, limits)
-    if declared is not None and declared <= limits.large_body_bytes:
-        return await _read(request, limits)
-    semaphore = slots.semaphore(limits.max_large_bodies)
-    try:
-        async with asyncio.timeout(limits.body_timeout):
-            await semaphore.acquire()
-    except TimeoutError:
-        response = _refuse(
-            503,
-            f"{limits.max_large_bodies} request bodies over {limits.large_body_bytes // MIB} MiB are being read "
-            "already (security.limits.maxLargeBodies); retry in a moment",
-            "server_error",
-        )
-        response.headers["Retry-After"] = "1"
-        return response
-    try:
-        return await _read(request, limits)
-    finally:
-        semaphore.release()
-
-
-async def _read(request: web.Request, limits: Limits) -> web.Response | None:
-    content = request.content
-    if content.is_eof():  # the whole body came with the headers (most requests): nothing to wait for
+        return _too_large(declared, limits), 0
+    bound = limits.max_held_body_bytes
+    if request.content.is_eof():  # the whole body came with the head (most requests): nothing to wait for
         body = await request.read()
-        return _too_large(len(body), limits) if len(body) > limits.max_body_bytes else None
-    chunks: list[bytes] = []
-    size = 0
-    while True:
+        if len(body) > limits.max_body_bytes:
+            return _too_large(len(body), limits), 0
+        size = len(body)
+        if held.held + size <= bound:  # `held.take`, inline: nearly every request passes here
+            held.held += size
+        elif not await _room(held, size, limits):
+            return _no_room(held, size, limits), 0
+        return None, size
+    holding = declared or 0  # a body of unknown length is counted as it comes
+    if not held.take(holding, bound) and not await _room(held, holding, limits):
+        return _no_room(held, holding, limits), 0
+    try:
+        if declared is not None and declared <= limits.large_body_bytes:
+            refused, holding = await _read(request, limits, held, holding)
+            return refused, holding
+        semaphore = slots.semaphore(limits.max_large_bodies)
         try:
             async with asyncio.timeout(limits.body_timeout):
-                chunk = await content.readany()
+                await semaphore.acquire()
         except TimeoutError:
-            return body_stalled(limits)
-        except web.RequestPayloadError as error:
-            return _refuse(400, f"the request body is malformed: {error}", "invalid_request_error")
-        if not chunk:
-            break
-        size += len(chunk)
-        if size > limits.max_body_bytes:
-            return _too_large(size, limits, more=True)
-        chunks.append(chunk)
+            return _busy(
+                f"{limits.max_large_bodies} request bodies over {limits.large_body_bytes // MIB} MiB are being "
+                "read already (security.limits.maxLargeBodies); retry in a moment",
+            ), holding
+        try:
+            refused, holding = await _read(request, limits, held, holding)
+            return refused, holding
+        finally:
+            semaphore.release()
+    except BaseException:  # cancelled while reading (the client left): what it held is given back here
+        held.give(holding)
+        raise
+
+
+async def _room(held: HeldBodies, size: int, limits: Limits) -> bool:
+    """Wait up to `bodyTimeout` for `size` bytes of room among the bodies held; whether they were taken."""
+    try:
+        async with asyncio.timeout(limits.body_timeout):
+            await held.wait_to_take(size, limits.max_held_body_bytes)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _no_room(held: HeldBodies, size: int, limits: Limits) -> web.Response:
+    return _busy(
+        f"the router holds {held.held / MIB:.1f} MiB of request bodies already, and this one's {size / MIB:.1f} MiB "
+        f"would pass security.limits.maxHeldBodiesMB ({limits.max_held_body_bytes / MIB:g}); retry in a moment",
+    )
+
+
+async def _read(request: web.Request, limits: Limits, held: HeldBodies, holding: int) -> tuple[web.Response | None, int]:
+    """Read a body that is still coming, within the idle (`bodyTimeout`) and whole (`bodyDeadline`) limits."""
+    content = request.content
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.body_deadline
+    chunks: list[bytes] = []
+    size, counted = 0, holding
+    try:
+        while True:
+            idle_until = loop.time() + limits.body_timeout
+            try:
+                async with asyncio.timeout_at(min(idle_until, deadline)):
+                    chunk = await content.readany()
+            except TimeoutError:
+                return (body_late(limits) if deadline <= idle_until else body_stalled(limits)), holding
+            except web.RequestPayloadError as error:
+                return _refuse(400, f"the request body is malformed: {error}", "invalid_request_error"), holding
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limits.max_body_bytes:
+                return _too_large(size, limits, more=True), holding
+            if size > holding:  # of unknown length: counted as it comes
+                if not held.take(size - holding, limits.max_held_body_bytes):
+                    return _no_room(held, size - holding, limits), holding
+                holding = size
+            chunks.append(chunk)
+    except BaseException:  # cancelled (the client left): the caller gives back what it counted, this what it added
+        held.give(holding - counted)
+        raise
     # aiohttp's own cache of the body: `request.read()`, `.text()`, `.json()` and `.post()` return it.
     request._read_bytes = b"".join(chunks)
-    return None
+    return None, holding
 
 
 def body_stalled(limits: Limits) -> web.Response:
@@ -149,6 +258,22 @@ def body_stalled(limits: Limits) -> web.Response:
         f"the request body stalled: no byte for {limits.body_timeout:g} s (security.limits.bodyTimeout)",
         "invalid_request_error",
     )
+
+
+def body_late(limits: Limits) -> web.Response:
+    """408: the body was still coming `bodyDeadline` after it began; the connection is closed."""
+    return _refuse(
+        408,
+        f"the request body took more than {limits.body_deadline:g} s in all (security.limits.bodyDeadline)",
+        "invalid_request_error",
+    )
+
+
+def _busy(message: str) -> web.Response:
+    """503: no room for this body now; the client may retry in a moment."""
+    response = _refuse(503, message, "server_error")
+    response.headers["Retry-After"] = "1"
+    return response
 
 
 def _too_large(size: int, limits: Limits, more: bool = False) -> web.Response:

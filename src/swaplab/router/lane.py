@@ -1,6 +1,6 @@
 """The router's front door: a model request on the common path is served without aiohttp's server.
 
-It is one concept in one module (about 520 lines): one connection's life on the lane, from
+It is one concept in one module (about 560 lines): one connection's life on the lane, from
 its first byte to its answer or its hand-over to aiohttp, where reading, deadlines, pacing
 and the hand-over share the connection's state and must change it together.
 
@@ -15,8 +15,9 @@ docs/performance.md).
 
 The lane takes an HTTP/1.1 `POST` to one of the model routes (`targets.MODEL_ROUTES`) with
 a `Content-Length` body no larger than `security.limits.largeBodyMB`, no `Expect`, no
-`Transfer-Encoding` and no upgrade, with one `Host` and no second of any header aiohttp's
-parser takes once (`SINGLETON_HEADERS`: without `Host`, or with two, aiohttp answers 400),
+`Transfer-Encoding`, no `Content-Encoding` (aiohttp's parser decodes such a body) and no
+upgrade, with one `Host` and no second of any header aiohttp's parser takes once
+(`SINGLETON_HEADERS`: without `Host`, or with two, aiohttp answers 400),
 that the Host and Origin policy lets on (`policy.decide`, as the guard) and that carries a
 valid key when `apiKeys` are set (as `auth`), both read from its head before a byte of its
 body is waited for. Anything
@@ -28,8 +29,10 @@ their answers as before, and a connection that turns to aiohttp stays with it.
 
 What aiohttp's server did for a request the lane serves, the lane does: the request's line
 and headers must arrive within `security.limits.headerTimeout` of the connection's start or
-of the end of the last answer, and a body may go `bodyTimeout` without a byte (answered 408
-as the guard answers it), both from one timer for all connections; a client that leaves
+of the end of the last answer, and a body may go `bodyTimeout` without a byte and take
+`bodyDeadline` in all (answered 408 as the guard answers it), all from one timer for all
+connections; a body counts among the bodies held (`guard.HeldBodies`) until its answer is
+done, and one that does not fit is handed to aiohttp's guard, which waits for room; a client that leaves
 cancels its handler (aiohttp's `handler_cancellation`); the router's CORS headers replace
 the backend's; `logRequests` writes its line; the connection is kept alive unless the
 client or the answer says otherwise, and requests a client sends ahead are read in turn,
@@ -48,6 +51,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from enum import Enum
+from typing import Protocol
 
 import httptools
 from aiohttp import web
@@ -59,7 +63,7 @@ from swaplab.config.model import Config
 from swaplab.config.security import Security
 from swaplab.errors import SwaplabError
 from swaplab.router.auth import key_matches, presented_key
-from swaplab.router.guard import VERDICT, apply_cors, body_stalled, facts_of
+from swaplab.router.guard import VERDICT, HeldBodies, apply_cors, body_late, body_stalled, facts_of
 from swaplab.router.policy import Verdict, decide
 from swaplab.router.reply import LaneRequest, LaneResponse, answer_bytes
 from swaplab.router.targets import MODEL_ROUTES
@@ -78,6 +82,19 @@ READ_AHEAD = 1024 * 1024
 VERDICTS_KEPT = 256
 
 Handler = Callable[[LaneRequest], Awaitable[web.StreamResponse]]
+
+
+class ConfigSource(Protocol):
+    config: Config
+
+
+def _may_start_a_head(start: bytearray) -> bool:
+    """Whether llhttp takes `start` as the beginning of a request's head (a part of it with no end yet)."""
+    try:
+        httptools.HttpRequestParser(object()).feed_data(start)
+    except httptools.HttpParserError:
+        return False
+    return True
 
 
 def lane_enabled() -> bool:
@@ -120,14 +137,18 @@ class LaneServer:
     """
 
     def __init__(
-        self, handler: Handler, config: Callable[[], Config], listen_loopback: bool,
-        fallback: Callable[[], asyncio.Protocol], access_log: AbstractAccessLogger | None = None,
+        self, handler: Handler, source: ConfigSource, listen_loopback: bool,
+        fallback: Callable[[], asyncio.Protocol], held: HeldBodies,
+        access_log: AbstractAccessLogger | None = None,
     ):
         self.handler = handler
-        self.config = config
+        self.source = source
+        """Whose `config` is the one in force (the fleet's: a reload changes it there), read as an attribute."""
         self.listen_loopback = listen_loopback
         self.fallback = fallback
         self.access_log = access_log
+        self.held = held
+        """The bodies held at once, the guard's count: a lane request's body counts until it is answered."""
         self.connections: set[LaneConnection] = set()
         self.served = 0
         """Requests the lane took (served, or being served)."""
@@ -160,14 +181,15 @@ class LaneServer:
                 self._verdicts[key] = verdict
         return verdict
 
-    def wait(self, connection: LaneConnection, seconds: float) -> None:
-        """`connection` must make progress within `seconds` (its head, or its body's next byte)."""
+    def wait(self, connection: LaneConnection, seconds: float, by: float | None = None) -> None:
+        """`connection` must make progress within `seconds` (its head, or its body's next byte), and by `by` at the latest."""
         loop = asyncio.get_running_loop()
-        connection.deadline = loop.time() + seconds
+        deadline = loop.time() + seconds
+        connection.deadline = deadline if by is None or by > deadline else by
         self._waiting.add(connection)
         if self._sweep is None:
-            limits = self.config().security.limits
-            every = max(0.05, min(limits.header_timeout, limits.body_timeout) / 4)
+            limits = self.source.config.security.limits
+            every = max(0.05, min(limits.header_timeout, limits.body_timeout, limits.body_deadline) / 4)
             self._sweep = loop.call_later(every, self._expire, every)
 
     def unwait(self, connection: LaneConnection) -> None:
@@ -225,11 +247,16 @@ class LaneConnection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._length = 0
         self._plain = True
-        """No header that keeps the request off the lane (chunks, Expect, an upgrade, a second `Host` or other singleton)."""
+        """No header that keeps the request off the lane (chunks, Expect, an upgrade, a body's encoding, a second `Host`
+        or other singleton)."""
         self._singletons: set[bytes] = set()
         """The head's headers that may come once (aiohttp's `SINGLETON_HEADERS`), lower-case."""
         self._body_at = 0
         self._body_end = 0
+        self._body_by = 0.0
+        """When the body being read must be whole (`bodyDeadline` after it began to wait), or 0."""
+        self._holding = 0
+        """Bytes of `server.held` this connection's request holds (its body's length, until answered)."""
         self._request: LaneRequest | None = None
         """The request whose head was admitted, while its body is read."""
 
@@ -246,7 +273,7 @@ class LaneConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.remote = peer[0] if isinstance(peer, (list, tuple)) and peer else None
         self.server.connections.add(self)
-        self.server.wait(self, self.server.config().security.limits.header_timeout)
+        self.server.wait(self, self.server.source.config.security.limits.header_timeout)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -276,6 +303,8 @@ class LaneConnection(asyncio.Protocol):
         self.state = State.GONE
         if self.task is not None and not self.task.done():
             self.task.cancel()  # the client left: its handler is cancelled, which closes its upstream
+        else:
+            self._let_go()  # a body being read, or none (a request being served lets go when it ends)
         self._wake_writer()
 
     def pause_writing(self) -> None:
@@ -332,7 +361,7 @@ class LaneConnection(asyncio.Protocol):
         lower = name.lower()
         if lower == b"content-length":  # llhttp refuses a second one
             self._length = int(value) if value.isdigit() else -1
-        elif lower in (b"transfer-encoding", b"expect", b"upgrade"):
+        elif lower in (b"transfer-encoding", b"expect", b"upgrade", b"content-encoding"):  # aiohttp decodes a body
             self._plain = False
         if lower in _SINGLETONS:
             if lower in self._singletons:
@@ -347,13 +376,16 @@ class LaneConnection(asyncio.Protocol):
         if self.state is State.HEAD:
             end = buffer.find(b"\r\n\r\n")
             if end < 0:
-                if len(buffer) > HEAD_LIMIT or b"\n\n" in buffer:  # too long for the lane, or bare line feeds
+                # Too long for the lane, bare line feeds, or a start llhttp already refuses (aiohttp's parser
+                # answers that at once, 400, where the lane would wait for an end that may never come).
+                if len(buffer) > HEAD_LIMIT or b"\n\n" in buffer or not _may_start_a_head(buffer):
                     self._hand_over()
                 return
             if end + 4 > HEAD_LIMIT or buffer.find(b"\n\n", 0, end) >= 0 or not self._read_head(end + 4):
                 self._hand_over()
                 return
-            self.server.unwait(self)
+            # Still waited for under the head's deadline: the body's replaces it just below (or the
+            # hand-over, or the dispatch, ends the wait), in this same call.
             if not self._admit():
                 # Refused, a preflight or no valid key: aiohttp's guard or key check answers from the
                 # headers, before a byte of the body is read (and closes what it does not read).
@@ -362,7 +394,10 @@ class LaneConnection(asyncio.Protocol):
             self.state = State.BODY
         if self.state is State.BODY:
             if len(buffer) < self._body_end:
-                self.server.wait(self, self.server.config().security.limits.body_timeout)
+                limits = self.server.source.config.security.limits
+                if not self._body_by:
+                    self._body_by = asyncio.get_running_loop().time() + limits.body_deadline
+                self.server.wait(self, limits.body_timeout, self._body_by)
                 return
             self.server.unwait(self)
             self._dispatch()
@@ -383,18 +418,20 @@ class LaneConnection(asyncio.Protocol):
             return False
         if b"host" not in self._singletons:  # HTTP/1.1 without `Host`: aiohttp's 400
             return False
-        if parser.should_upgrade() or self._length > self.server.config().security.limits.large_body_bytes:
+        if parser.should_upgrade() or self._length > self.server.source.config.security.limits.large_body_bytes:
             return False
         if not self._url.isascii() or self._url.partition(b"?")[0].decode() not in LANE_ROUTES:
             return False
         self.keep_alive = parser.should_keep_alive()
+        if not self.keep_alive and len(self.buffer) > size + self._length:
+            return False  # bytes after a request that closes: aiohttp's parser refuses the read (400)
         self._body_at = size
         self._body_end = size + self._length
         return True
 
     def _admit(self) -> bool:
         """The head is read: whether the policy and the keys let its request on (then it waits for its body)."""
-        config = self.server.config()
+        config = self.server.source.config
         request = LaneRequest(
             "POST", self._url.decode(), CIMultiDictProxy(CIMultiDict(self._headers)), b"", self.remote, self,
         )
@@ -404,6 +441,11 @@ class LaneConnection(asyncio.Protocol):
         keys = config.api_keys
         if keys and not key_matches(presented_key(request), keys):  # type: ignore[arg-type]
             return False
+        held = self.server.held  # `HeldBodies.take`, inline: every request passes here
+        if held.held + self._length > config.security.limits.max_held_body_bytes:
+            return False  # no room for its body now: aiohttp's guard waits for room, or answers 503
+        held.held += self._length
+        self._holding = self._length
         request[VERDICT] = verdict
         self._request = request
         return True
@@ -414,6 +456,7 @@ class LaneConnection(asyncio.Protocol):
         assert request is not None  # admitted with its head
         request.body = bytes(self.buffer[self._body_at:self._body_end])
         del self.buffer[:self._body_end]
+        self._body_by = 0.0
         self.server.served += 1
         self.state = State.SERVING
         self.written = 0
@@ -437,7 +480,8 @@ class LaneConnection(asyncio.Protocol):
             else:
                 logged = self._answer(request, response)  # type: ignore[arg-type]
             # The next request sent ahead waits until this answer has left (as aiohttp's writer drains).
-            await self.drain()
+            if self._writing_paused:
+                await self.drain()
         except asyncio.CancelledError:
             # The client left, or the request was cancelled (`POST /api/inflight/{id}/cancel` while
             # it waited): as aiohttp's server, the connection ends.
@@ -455,6 +499,12 @@ class LaneConnection(asyncio.Protocol):
             logged = self._answer(request, _internal_error())
         finally:
             self.task = None
+            if self._holding:  # `_let_go`, inline: every request with a body passes here
+                held = self.server.held
+                held.held -= self._holding
+                self._holding = 0
+                if held.waiting:
+                    held.wake()
         if self.server.access_log is not None and logged is not None:
             try:
                 self.server.access_log.log(request, logged, loop.time() - began)  # type: ignore[arg-type]
@@ -479,25 +529,36 @@ class LaneConnection(asyncio.Protocol):
             self.transport.close()
             return
         self.state = State.HEAD
-        self.server.wait(self, self.server.config().security.limits.header_timeout)
+        self.server.wait(self, self.server.source.config.security.limits.header_timeout)
         if self.buffer:
             self._advance()
-        self._pace_reading()  # once the next request sent ahead is taken: more than READ_AHEAD of them stay unread
+        if self._writing_paused or self._reading_paused or len(self.buffer) > READ_AHEAD:
+            self._pace_reading()  # once the next request sent ahead is taken: more than READ_AHEAD of them stay unread
 
     def expire(self) -> None:
-        """Its deadline passed: a head that never ended closes the connection; a body that stalled is answered 408."""
+        """Its deadline passed: a head that never ended closes the connection; a body that stalled, or took
+        too long in all, is answered 408."""
         if self.transport is None or self.state not in (State.HEAD, State.BODY):
             return
         if self.state is State.BODY:
-            response = body_stalled(self.server.config().security.limits)
+            limits = self.server.source.config.security.limits
+            late = self.deadline >= self._body_by
+            response = body_late(limits) if late else body_stalled(limits)
             self.transport.write(answer_bytes(response, keep_alive=False))
         self.close()
+
+    def _let_go(self) -> None:
+        """The request's body no longer counts in what the router holds."""
+        if self._holding:
+            self.server.held.give(self._holding)
+            self._holding = 0
 
     def _hand_over(self) -> None:
         """From here on the connection is aiohttp's: its protocol gets every byte read so far."""
         transport = self.transport
         self.server.unwait(self)
         self.server.connections.discard(self)
+        self._let_go()
         self.state = State.GONE
         if transport is None or transport.is_closing():
             return

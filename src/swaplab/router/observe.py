@@ -409,20 +409,11 @@ def token_counts(head: bytes, tail: bytes) -> TokenCounts:
     if prompt is None and _integer(timings.get("prompt_n")) is not None:
         prompt = timings["prompt_n"] + (_integer(timings.get("cache_n")) or 0)  # prompt_n excludes the cache
 
-    completion = _integer(usage.get("completion_tokens"))
-    if completion is None:
-        completion = _integer(usage.get("output_tokens"))
-    if completion is None:
-        completion = _integer(timings.get("predicted_n"))
-
-    cached = _integer(_field(usage, "prompt_tokens_details", "cached_tokens"))
-    if cached is None:
-        cached = _integer(usage.get("cache_read_input_tokens"))
-    if cached is None:
-        cached = _integer(_field(usage, "input_tokens_details", "cached_tokens"))
-    if cached is None:
-        cached = _integer(timings.get("cache_n"))
-
+    completion = _first_integer(usage.get("completion_tokens"), usage.get("output_tokens"), timings.get("predicted_n"))
+    cached = _first_integer(
+        _field(usage, "prompt_tokens_details", "cached_tokens"), usage.get("cache_read_input_tokens"),
+        _field(usage, "input_tokens_details", "cached_tokens"), timings.get("cache_n"),
+    )
     drafted = _integer(timings.get("draft_n"))
     accepted = _integer(timings.get("draft_n_accepted"))
     if drafted is None:  # vLLM's own accounting of speculative decoding
@@ -497,3 +488,12 @@ def _field(document: dict[str, Any], outer: str, inner: str) -> Any:
 
 def _integer(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _first_integer(*values: Any) -> int | None:
+    """The first of `values` that is an integer (a JSON number without a fraction; never a bool), or None.
+    One call for a chain of fallbacks: every answer's usage is read with these."""
+    for value in values:
+        if type(value) is int:
+            return value
+    return None

@@ -45,7 +45,7 @@ class LaneRequest:
 
     __slots__ = (
         "method", "path", "raw_path", "headers", "body", "remote", "version", "writer", "_target", "_query_string",
-        "_items", "_url",
+        "_items", "_url", "get",
     )
 
     def __init__(
@@ -65,6 +65,8 @@ class LaneRequest:
         """The connection: `drain()` waits while the client's socket is full (the splice's backpressure)."""
         self._items: dict[Any, Any] = {}
         self._url: URL | None = None
+        self.get = self._items.get
+        """`request.get(key, default)`: the dict's own, bound here (a Python method would cost every request a call)."""
 
     # what aiohttp's request offers and the request path reads
     @property
@@ -99,9 +101,6 @@ class LaneRequest:
 
     async def read(self) -> bytes:
         return self.body
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self._items.get(key, default)
 
     def __getitem__(self, key: Any) -> Any:
         return self._items[key]

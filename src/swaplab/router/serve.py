@@ -195,8 +195,8 @@ async def _serve(
     # Model requests on the common path are served by the lane (router/lane.py); every other
     # request, and every connection the lane hands over, by aiohttp's server.
     lane = LaneServer(
-        router.forwarder.handle_model_request, lambda: router.config, router.listen_loopback, runner.server,
-        request_log_class(log, "") if config.log_requests else None,
+        router.forwarder.handle_model_request, router.fleet, router.listen_loopback, runner.server,
+        router.held_bodies, request_log_class(log, "") if config.log_requests else None,
     ) if use_lane else None
     try:
         server = await loop.create_server(lane or runner.server, host, port, reuse_address=True, backlog=128)

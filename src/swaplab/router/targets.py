@@ -129,6 +129,7 @@ def upstream_tracking(method: str, path: str) -> Tracking:
 
 
 FORM_URLENCODED = "application/x-www-form-urlencoded"
+JSON = "application/json"
 MULTIPART = "multipart/form-data"
 # orjson's own bound on nesting: a body past it is refused, not read by json's fallback,
 # whose recursion would end in a RecursionError.
@@ -165,12 +166,13 @@ def model_from_body(content_type: str | None, body: bytes) -> tuple[str | None, 
     """
     if not body:
         return None, None
-    media = _media(content_type)
-    if media == MULTIPART:
-        return _model_from_multipart(content_type or "", body), None
-    if media == FORM_URLENCODED and body.lstrip()[:1] not in (b"{", b"["):
-        return _form_fields(body).get("model"), None
-    refuse_unless_json(content_type, body, forms=f" (or a form as {MULTIPART} or {FORM_URLENCODED})")
+    if content_type != JSON:  # what nearly every client sends needs no look at its parameters
+        media = _media(content_type)
+        if media == MULTIPART:
+            return _model_from_multipart(content_type or "", body), None
+        if media == FORM_URLENCODED and body.lstrip()[:1] not in (b"{", b"["):
+            return _form_fields(body).get("model"), None
+        refuse_unless_json(content_type, body, forms=f" (or a form as {MULTIPART} or {FORM_URLENCODED})")
     document = parse_json(body)
     if isinstance(document, dict):
         model = document.get("model")
