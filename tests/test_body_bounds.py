@@ -168,3 +168,40 @@ def test_held_bodies_must_fit_the_largest_body(tmp_path):
     assert raised.max_held_body_bytes == 2048 * MIB
     assert load_config_text("models: {}\n").security.limits.max_held_body_bytes == 1024 * MIB
     assert load_config_text("models: {}\n").security.limits.body_deadline == 300
+
+
+CROWD = 400
+CROWD_CONFIG = f"""
+models:
+  m:
+    cmd: {SIM} --port ${{PORT}} --model m
+"""
+
+
+def test_a_crowd_of_trickling_clients_past_the_inherited_file_limit_does_not_stop_health(router_factory):
+    """The router raises its soft open-file limit to the hard one (as Go programs do): started under a soft
+    limit of 256, it still takes /health while 400 clients hold a half-sent body each."""
+    import resource
+
+    import psutil
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2 * CROWD:
+        pytest.skip(f"the hard open-file limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        router = router_factory(CROWD_CONFIG)  # inherits the soft limit of 256
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert psutil.Process(router.pid).rlimit(psutil.RLIMIT_NOFILE)[0] == hard
+    crowd = []
+    try:
+        for _ in range(CROWD):
+            sock = socket.create_connection(("127.0.0.1", router.port))
+            sock.sendall(head(b"100") + b'{"model": ')
+            crowd.append(sock)
+        with urllib.request.urlopen(f"{router.url}/health", timeout=30) as response:
+            assert response.status == 200
+    finally:
+        for sock in crowd:
+            sock.close()
