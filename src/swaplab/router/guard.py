@@ -232,6 +232,9 @@ async def _read(request: web.Request, limits: Limits, held: HeldBodies, holding:
             except TimeoutError:
                 return (body_late(limits) if deadline <= idle_until else body_stalled(limits)), holding
             except web.RequestPayloadError as error:
+                # Nothing more is read: aiohttp's lingering read after the answer would raise the same
+                # error again, unhandled (a traceback in its server's log).
+                content.feed_eof()
                 return _refuse(400, f"the request body is malformed: {error}", "invalid_request_error"), holding
             if not chunk:
                 break

@@ -41,6 +41,9 @@ HOP_BY_HOP = frozenset(
         "expect",
     }
 )
+# A request's headers that do not go upstream: the hop-by-hop ones, and the body's encoding, which
+# aiohttp's server undid as it read it (the lane hands an encoded body to it).
+NOT_FORWARDED = HOP_BY_HOP | {"content-encoding"}
 # A pooled connection the upstream closed while idle fails on reuse before any
 # response byte (llama.cpp's server closes idle keep-alive connections after 5 s);
 # such a request never reached the model and is retried on a fresh connection.
@@ -163,12 +166,14 @@ class UpstreamPools:
 def forward_headers(incoming: Mapping[str, str], extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:
     """The client's headers, less the hop-by-hop ones, plus `extra`.
 
-    A client that asked for no encoding gets none: the relay passes bytes through as the
+    The body that goes is the one aiohttp's server read, decoded: the client's `Content-Encoding`
+    stays behind (forwarded, the model would be told its plain JSON is gzip). A client that
+    asked for no encoding gets none: the relay passes bytes through as the
     upstream sent them, so aiohttp's own `Accept-Encoding: gzip` must not go out in its
     name. (Cheaper than the session's `skip_auto_headers`, which costs every request a
     sorted copy of its headers.)
     """
-    headers = CIMultiDict([(k, v) for k, v in incoming.items() if k.lower() not in HOP_BY_HOP])
+    headers = CIMultiDict([(k, v) for k, v in incoming.items() if k.lower() not in NOT_FORWARDED])
     if "Accept-Encoding" not in headers:
         headers["Accept-Encoding"] = "identity"
     if extra:
