@@ -75,7 +75,9 @@ LANE_ROUTES = frozenset(MODEL_ROUTES)
 # aiohttp's own limit on a request line or header line: a head past it goes to aiohttp, which answers it.
 HEAD_LIMIT = 8190
 # Headers aiohttp's parser refuses twice (`Duplicate 'Host' header found.`, a 400): such a head goes to it.
-_SINGLETONS = frozenset(name.encode() for name in SINGLETON_HEADERS)
+# Each as a bit of `LaneConnection._singletons`: a head's are noted without a set of its own.
+_SINGLETONS = {name.lower().encode(): 1 << bit for bit, name in enumerate(sorted(SINGLETON_HEADERS))}
+_HOST = _SINGLETONS[b"host"]
 # Bytes a client may send ahead while its request is served before its reading is paused.
 READ_AHEAD = 1024 * 1024
 # Verdicts kept per (Host, Origin, Sec-Fetch-Site): beyond this many, decided each time.
@@ -249,8 +251,8 @@ class LaneConnection(asyncio.Protocol):
         self._plain = True
         """No header that keeps the request off the lane (chunks, Expect, an upgrade, a body's encoding, a second `Host`
         or other singleton)."""
-        self._singletons: set[bytes] = set()
-        """The head's headers that may come once (aiohttp's `SINGLETON_HEADERS`), lower-case."""
+        self._singletons = 0
+        """The headers that may come once (aiohttp's `SINGLETON_HEADERS`) the head has shown, a bit each (`_SINGLETONS`)."""
         self._body_at = 0
         self._body_end = 0
         self._body_by = 0.0
@@ -364,9 +366,10 @@ class LaneConnection(asyncio.Protocol):
         elif lower in (b"transfer-encoding", b"expect", b"upgrade", b"content-encoding"):  # aiohttp decodes a body
             self._plain = False
         if lower in _SINGLETONS:
-            if lower in self._singletons:
+            bit = _SINGLETONS[lower]
+            if self._singletons & bit:
                 self._plain = False  # aiohttp's 400
-            self._singletons.add(lower)
+            self._singletons |= bit
         self._headers.append((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape")))
 
     # the lane
@@ -408,7 +411,7 @@ class LaneConnection(asyncio.Protocol):
         self._headers = []
         self._length = 0
         self._plain = True
-        self._singletons = set()
+        self._singletons = 0
         parser = httptools.HttpRequestParser(self)
         try:
             parser.feed_data(bytes(self.buffer[:size]))
@@ -416,7 +419,7 @@ class LaneConnection(asyncio.Protocol):
             return False
         if not self._plain or self._length < 0 or parser.get_method() != b"POST" or parser.get_http_version() != "1.1":
             return False
-        if b"host" not in self._singletons:  # HTTP/1.1 without `Host`: aiohttp's 400
+        if not self._singletons & _HOST:  # HTTP/1.1 without `Host`: aiohttp's 400
             return False
         if parser.should_upgrade() or self._length > self.server.source.config.security.limits.large_body_bytes:
             return False
