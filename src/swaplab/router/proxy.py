@@ -29,8 +29,7 @@ from swaplab.router.wire import WireError, WirePool, WireResponse, open_wire, se
 
 log = logging.getLogger("swaplab.router")
 
-# Headers that describe one hop, not the message (RFC 9110 section 7.6.1), plus the
-# ones aiohttp recomputes for the bytes it sends.
+# Headers of one hop, not the message (RFC 9110 7.6.1), and those aiohttp recomputes.
 HOP_BY_HOP = frozenset(
     {
         "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -41,8 +40,7 @@ HOP_BY_HOP = frozenset(
         "expect",
     }
 )
-# A request's headers that do not go upstream: the hop-by-hop ones, and the body's encoding, which
-# aiohttp's server undid as it read it (the lane hands an encoded body to it).
+# Not sent upstream with a request: those, and its body's encoding, which aiohttp's server undid.
 NOT_FORWARDED = HOP_BY_HOP | {"content-encoding"}
 # A pooled connection the upstream closed while idle fails on reuse before any
 # response byte (llama.cpp's server closes idle keep-alive connections after 5 s);
@@ -164,14 +162,11 @@ class UpstreamPools:
 
 
 def forward_headers(incoming: Mapping[str, str], extra: Mapping[str, str] | None = None) -> CIMultiDict[str]:
-    """The client's headers, less the hop-by-hop ones, plus `extra`.
+    """The client's headers, less `NOT_FORWARDED` (the body goes decoded), plus `extra`.
 
-    The body that goes is the one aiohttp's server read, decoded: the client's `Content-Encoding`
-    stays behind (forwarded, the model would be told its plain JSON is gzip). A client that
-    asked for no encoding gets none: the relay passes bytes through as the
-    upstream sent them, so aiohttp's own `Accept-Encoding: gzip` must not go out in its
-    name. (Cheaper than the session's `skip_auto_headers`, which costs every request a
-    sorted copy of its headers.)
+    A client that asked for no encoding gets none: the relay passes bytes through as the
+    upstream sent them, so aiohttp's own `Accept-Encoding: gzip` must not go out in its name
+    (cheaper than the session's `skip_auto_headers`: a sorted copy of each request's headers).
     """
     headers = CIMultiDict([(k, v) for k, v in incoming.items() if k.lower() not in NOT_FORWARDED])
     if "Accept-Encoding" not in headers:
