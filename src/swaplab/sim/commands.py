@@ -92,7 +92,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     """Serve until stopped; returns the exit code."""
     from swaplab.sim.script import load_script
-    from swaplab.sim.server import SimSettings, run
+    from swaplab.sim.serve import run
+    from swaplab.sim.settings import SimSettings
 
     return run(
         SimSettings(

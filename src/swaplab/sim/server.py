@@ -1,6 +1,6 @@
 """The sim's HTTP server: an OpenAI- and Anthropic-compatible backend with exact timing and faults.
 
-One concept, the simulated backend's HTTP surface (about 580 lines): generation, its
+One concept, the simulated backend's HTTP surface (about 530 lines): generation, its
 timing and faults, and the engine endpoints clients and harnesses call beside it
 (tokenize, embeddings, vLLM's scoring API), which share its readiness and its counters.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import signal
 import sys
 import time
 import zlib
@@ -21,7 +20,6 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from swaplab.errors import SwaplabError
 from swaplab.sim import chunks, messages, responses
 from swaplab.sim.chunks import StreamEncoder, whole_answer
 from swaplab.sim.messages import MessagesStreamEncoder, whole_message
@@ -29,19 +27,17 @@ from swaplab.sim.responses import ResponsesStreamEncoder, whole_response
 from swaplab.sim.request import BadRequest, Kind, Plan, json_body, messages_prompt_tokens, plan_request
 from swaplab.sim.personality import Personality
 from swaplab.sim.personality import check_settings as check_engine_settings
-from swaplab.sim.script import Script, ScriptedReply
+from swaplab.sim.script import ScriptedReply
+from swaplab.sim.settings import SimSettings
 from swaplab.sim.sglang import SglangSleeper
-from swaplab.sim.sleep import GARBAGE, Engine, Fault, Sleeper, check_settings
+from swaplab.sim.sleep import GARBAGE, Sleeper
 from swaplab.sim.tabby import TabbySleeper
 from swaplab.sim.vllm import VllmSleeper
-from swaplab.sim.slots import SlotFault, Slots
-from swaplab.sim.slots import check_settings as check_slot_settings
+from swaplab.sim.slots import Slots
 from swaplab.sim.tokens import answer_text, prompt_words
 
 # Request bodies can be long prompts; the router forwards at least 64 MiB.
 MAX_BODY_BYTES = 256 * 1024 * 1024
-# On SIGTERM, streams in flight get this long before they are cut.
-SHUTDOWN_GRACE_SECONDS = 0.1
 # An unpaced stream yields to the event loop this often, so concurrent streams
 # interleave and a disconnect is noticed even on a very long answer.
 UNPACED_YIELD_EVERY = 16
@@ -53,52 +49,6 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 ID_PREFIXES: dict[Kind, str] = {
     "chat": "chatcmpl-sim", "completion": "cmpl-sim", "messages": "msg_sim", "responses": "resp_sim",
 }
-
-
-@dataclass(frozen=True)
-class SimSettings:
-    """Everything `swaplab sim` can be told; port 0 picks a free port."""
-
-    host: str = "127.0.0.1"
-    port: int = 0
-    model: str = "sim"
-    ttft_ms: float = 0.0
-    tokens_per_second: float = 0.0  # 0: as fast as possible
-    load_seconds: float = 0.0
-    startup_lines: tuple[str, ...] = ()
-    """An engine's startup output, printed before the port is bound (`--startup-log`)."""
-    startup_seconds: float = 1.0
-    health_before_ready: bool = False
-    crash_after_tokens: int = 0  # 0: never
-    default_max_tokens: int = 16
-    script: Script | None = None  # scripted chat answers (`--script FILE`, loaded by swaplab.sim.script)
-    engine: Engine = "generic"  # which engine it is (swaplab.sim.personality, swaplab.sim.sleep); generic: none
-    served_model_names: tuple[str, ...] = ()  # the engine's --served-model-name; none: `model`
-    api_key: str | None = None  # the engine's --api-key
-    admin_api_key: str | None = None  # SGLang's --admin-api-key
-    switches: frozenset[str] = frozenset()  # the engine's on/off flags given (--enable-sleep-mode, ...)
-    memory_gib: float = 1.0  # GPU memory the model holds: what a sleep reports it freed
-    sleep_seconds: float = 0.0
-    wake_seconds: float = 0.0
-    sleep_fault: Fault = "none"
-    wake_fault: Fault = "none"
-    parallel: int = 1  # llama.cpp's slots (`--parallel`), each with its own prompt cache
-    prefill_tokens_per_second: float = 0.0  # pace of the prompt tokens a slot did not hold; 0: instant
-    slot_save_path: str | None = None  # where /slots/{id}?action=save writes; None: save and restore refused
-    slot_fault: SlotFault = "none"
-    timings: bool = False  # llama.cpp's `timings` (prompt_n, cache_n) in answers; implied by the slot flags
-    sse_ping_interval: float | None = None  # llama.cpp's --sse-ping-interval; None: its environment, else default
-
-    def __post_init__(self) -> None:
-        for name in (
-            "ttft_ms", "tokens_per_second", "load_seconds", "crash_after_tokens", "default_max_tokens",
-            "sleep_seconds", "wake_seconds", "prefill_tokens_per_second", "startup_seconds",
-        ):
-            if getattr(self, name) < 0:
-                raise SwaplabError(f"sim: --{name.replace('_', '-')} must not be negative")
-        check_settings(self)
-        check_engine_settings(self)
-        check_slot_settings(self.parallel, self.slot_save_path, self.slot_fault)
 
 
 @dataclass
@@ -572,55 +522,6 @@ def _error_answer(kind: Kind, status: int, message: str, param: str | None = Non
     if kind == "responses":
         return web.json_response(responses.error_body(status, message, param), status=status)
     return _openai_error(status, message)
-
-
-async def _replay_startup(settings: SimSettings, stop: asyncio.Event) -> bool:
-    """Print the engine's startup lines at their pace; True when a stop came meanwhile."""
-    lines = settings.startup_lines
-    pause = settings.startup_seconds / len(lines) if lines else 0.0
-    for line in lines:
-        print(line, flush=True)
-        try:
-            await asyncio.wait_for(stop.wait(), pause)
-            return True
-        except TimeoutError:
-            pass
-    return False
-
-
-def run(settings: SimSettings) -> int:
-    """Serve until SIGTERM or SIGINT; returns the exit code."""
-    return asyncio.run(_serve(settings))
-
-
-async def _serve(settings: SimSettings) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signal_number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signal_number, stop.set)
-    if await _replay_startup(settings, stop):
-        return 0
-    sim = Sim(settings)  # the load clock starts now, before the port is bound
-    runner = web.AppRunner(
-        sim.app(), handler_cancellation=True, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_SECONDS
-    )
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, settings.host, settings.port)
-        try:
-            await site.start()
-        except OSError as error:
-            raise SwaplabError(
-                f"sim cannot listen on {settings.host}:{settings.port} "
-                f"({os.strerror(error.errno) if error.errno else error}); choose another --port or --host"
-            ) from None
-        host, port = runner.addresses[0][:2]
-        shown_host = f"[{host}]" if ":" in host else host
-        print(f"sim: model {settings.model} listening on http://{shown_host}:{port}", flush=True)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-    return 0
 
 
 def _unit_vector(text: str, dimensions: int) -> list[float]:
