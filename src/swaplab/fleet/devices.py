@@ -5,12 +5,16 @@ Optional: `nvidia-ml-py` (the `gpu` extra) provides `pynvml`. Without it, withou
 driver or without a GPU, every reading is None and nothing else changes: placement
 then goes by the declared claims alone. Device ids are NVML's indexes, the ones
 `nvidia-smi` prints.
+
+What they say lags a moment behind a backend that just left: `Settling` keeps which devices
+are still handing memory back, and has the fleet look again shortly rather than refuse.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +23,9 @@ from swaplab.config.model import ModelConfig
 log = logging.getLogger("swaplab.fleet")
 
 GIB = 1024**3
+
+MEMORY_SETTLE_SECONDS = 10.0
+MEMORY_POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,42 @@ def free_gib(readings: dict[int, DeviceReading] | None) -> dict[int, float] | No
     if readings is None:
         return None
     return {index: reading.free_gib for index, reading in readings.items()}
+
+
+class Settling:
+    """The devices a backend left moments ago, whose memory the driver may still be handing back.
+
+    The driver hands a stopped backend's GPU memory back shortly after its processes exit (a TP
+    worker killed with the group may take a moment longer): for MEMORY_SETTLE_SECONDS after a
+    backend left a device, a shortfall NVML reports there means wait and read again, not refuse.
+    """
+
+    def __init__(self) -> None:
+        self._left_at: dict[int, float] = {}
+        self._poll: asyncio.TimerHandle | None = None
+
+    def left(self, devices: Iterable[int], now: float) -> None:
+        """A backend left these devices (it stopped, or fell asleep) at `now` (monotonic)."""
+        for device in devices:
+            self._left_at[device] = now
+
+    def devices(self, now: float) -> list[int]:
+        """The devices still settling at `now`."""
+        return [d for d, left in self._left_at.items() if now - left < MEMORY_SETTLE_SECONDS]
+
+    def look_again(self, decide: Callable[[], None]) -> None:
+        """No event says when the driver has handed memory back: `decide` again in MEMORY_POLL_SECONDS
+        (once, however often this is asked meanwhile)."""
+        if self._poll is None:
+            def poll() -> None:
+                self._poll = None
+                decide()
+
+            self._poll = asyncio.get_running_loop().call_later(MEMORY_POLL_SECONDS, poll)
+
+    def close(self) -> None:
+        if self._poll is not None:
+            self._poll.cancel()
 
 
 def device_env(model: ModelConfig, inherited: Mapping[str, str]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from swaplab.fleet.kvcache import (
     cache_layout,
     runs_llama_server,
 )
+from swaplab.metrics import Metrics
 from swaplab.ownfolder import FolderNotOwnedError, own_folder
 
 log = logging.getLogger("swaplab.fleet")
@@ -49,6 +50,21 @@ def saves_context(model: ModelConfig) -> bool:
     return model.kv_cache is not None and (
         runs_llama_server(model.cmd) or cache_layout(model.cmd).slot_save_path is not None
     )
+
+
+def restores(old: ModelConfig, new: ModelConfig | None) -> bool:
+    """Whether what `old`'s server saves, `new`'s may restore: a reload's edit that left the context
+    as it was (`kvCache` alone, say). Otherwise saving it before the old server stops is wasted."""
+    return new is not None and context_hash(new) == context_hash(old)
+
+
+def fleet_store(config: Config, metrics: Metrics) -> KvStore:
+    """The store of a fleet running `config`: its evictions and its disk use counted in `metrics`."""
+    store = KvStore(config.kv_cache_store)
+    store.configure(config)
+    store.on_evict = lambda cache: metrics.context_evicted(cache.model or "?")
+    metrics.watch_context_disk(store.used_bytes)
+    return store
 
 
 class KvStore:
@@ -95,6 +111,15 @@ class KvStore:
         return cache_identity(known[1], stat.st_size, stat.st_mtime_ns, layout)
 
     # -- reading -------------------------------------------------------------------------
+
+    async def open_for(self, config: Config) -> None:
+        """`open`, once before serving, where a model of `config` saves its context; a store that cannot
+        be read costs the saved contexts, not the start."""
+        if any(saves_context(model) for model in config.models.values()):
+            try:
+                await self.open()  # a folder another user could change refuses the start (its fix said)
+            except OSError as error:
+                log.warning("kvCache: the saved contexts cannot be read (%s)", error)
 
     async def open(self) -> None:
         """Tidy every directory (cut-short saves, dropped entries) and list what is saved."""

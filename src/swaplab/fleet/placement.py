@@ -112,6 +112,19 @@ def place(
     return _place_on_devices(config, target, others, free_gib, settling, leaving)
 
 
+def stands_in_way(config: Config, model_id: str, targets: Iterable[str], residents: Sequence[Resident]) -> bool:
+    """Whether `model_id` stands in the way of any of `targets`: placement would evict it, or have
+    them wait for it, to start one. A `model_id` not among `residents` is read as if it started now.
+    The fleet's fairness asks, with the models whose requests have waited longer as `targets`."""
+    if all(r.model_id != model_id for r in residents):
+        residents = [*residents, Resident(model_id, "starting", busy=True)]
+    for target in targets:
+        placement = place(config, target, residents)
+        if model_id in placement.evict or model_id in placement.blocking:
+            return True
+    return False
+
+
 def claims(config: Config, model_id: str) -> Claim:
     """GiB the model claims on each device; empty when the config declares no devices.
 

@@ -1,20 +1,98 @@
-"""The fleet as `/running` shows it: one JSON-ready entry per backend and per device.
+"""The fleet as `/running` shows it: one JSON-ready entry per backend and per device, and
+what the kvCache store holds.
 
-Pure functions over what the fleet hands them; reading a backend changes nothing.
+Functions over what the fleet hands them (its backends and its counts, the store, NVML's
+readings); reading them changes nothing. The fleet keeps its state; how it reads is here.
 """
 
 from __future__ import annotations
 
 import time
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from swaplab.config.model import Config, ModelConfig
-from swaplab.config.redact import command_text
+from swaplab.config.redact import command_text, config_secrets
 from swaplab.fleet.backend import SLEEP_FAULT_LIMIT, Backend, State
 from swaplab.fleet.devices import DeviceReading
 from swaplab.fleet.kvcache import SavedCache
+from swaplab.fleet.kvstore import KvStore, saves_context
+from swaplab.fleet.placement import claims, estimate_detail
+
+
+def backend_entries(
+    config: Config,
+    backends: Mapping[str, Backend],
+    *,
+    in_flight: Mapping[str, int],
+    queued: Mapping[str, int],
+    waiting: Mapping[str, str],
+    host_gib: Callable[[Backend], float],
+    store: KvStore,
+) -> list[dict[str, Any]]:
+    """One entry per model that is not stopped, is waiting to start, or has a failure to report
+    (`backend_entry`), in llama-swap's order. `queued` and `in_flight` count requests by model,
+    `waiting` says why a model's queued requests wait, `host_gib` what a sleeper holds in RAM."""
+    entries = []
+    secrets = config_secrets(config)
+    now = time.monotonic()
+    for backend in sorted(backends.values(), key=lambda b: b.id):  # llama-swap's order
+        count = queued.get(backend.id, 0)
+        if backend.state is State.STOPPED and not backend.consecutive_failures and not count \
+                and not backend.last_fallback:
+            continue
+        entries.append(backend_entry(
+            backend,
+            in_flight=in_flight.get(backend.id, 0),
+            queued=count,
+            waiting=waiting.get(backend.id),
+            claim=claims(config, backend.id),
+            now=now,
+            host_gib=host_gib(backend) if backend.model.sleep is not None else None,
+            secrets=secrets,
+            context=context_status(config, store, backend.id, backend),
+            estimate=estimate_detail(config, backend.id),
+        ))
+    return entries
+
+
+def context_status(config: Config, store: KvStore, model_id: str, backend: Backend | None) -> dict[str, Any] | None:
+    """The model's `kv_cache` object (`context_entry`); None without `kvCache`."""
+    model = config.models.get(model_id)
+    if backend is not None and backend.state is not State.STOPPED:
+        model = backend.model  # the entry it runs (a reload may have changed the config's)
+    if model is None or not saves_context(model):
+        return None
+    return context_entry(model, backend, store.saved(model_id), store.identity(model), time.time())
+
+
+def contexts_status(config: Config, store: KvStore, backends: Mapping[str, Backend]) -> dict[str, Any]:
+    """`/running`'s `kv_cache`: the store's folder, budget and use, and each model's saved context."""
+    models = {
+        m: entry for m in sorted(config.models)
+        if (entry := context_status(config, store, m, backends.get(m))) is not None
+    }
+    return {
+        "path": store.settings.path,
+        "budget_gib": store.settings.budget_gib,
+        "used_bytes": store.used_bytes(),
+        "models": models,
+    }
+
+
+def devices_status(
+    config: Config, backends: Iterable[Backend], readings: Mapping[int, DeviceReading]
+) -> list[dict[str, Any]]:
+    """`device_entries` with each device's claims by the models not stopped: a sleeper's apart (it holds no GPU)."""
+    held: dict[int, dict[str, float | None]] = {}
+    asleep: dict[int, dict[str, float | None]] = {}
+    for backend in backends:
+        if backend.state is not State.STOPPED:
+            holders = asleep if backend.state is State.SLEEPING else held  # a sleeper holds no GPU
+            for device, amount in claims(config, backend.id).items():
+                holders.setdefault(device, {})[backend.id] = amount
+    return device_entries(config, readings, held, asleep)
 
 
 def backend_entry(
