@@ -19,7 +19,7 @@ MODELS := $(VENV)/.models
 WHEELS := $(VENV)/.wheels
 # The web page's two libraries. tools/ui_vendor.py pins their versions and writes this stamp
 # naming them, so a new pin there fetches them again.
-UI_VENDOR := src/swaplab/router/static/vendor/VERSIONS
+UI_VENDOR := src/swaplab/router/api/static/vendor/VERSIONS
 LISTEN ?= 127.0.0.1:8080
 PYTEST_ARGS ?=
 

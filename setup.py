@@ -1,7 +1,7 @@
 """setuptools' build hook: every wheel and sdist carries the web page's two libraries.
 
 `tools/ui_vendor.py` (which `make ui-vendor` runs too) fetches them with npm into
-src/swaplab/router/static/vendor/ unless they are there already. A build that cannot
+src/swaplab/router/api/static/vendor/ unless they are there already. A build that cannot
 get them fails, saying why: a wheel without charts is never made unnoticed. To make one
 anyway, set SWAPLAB_UI_VENDOR=skip (the page then says charts need the libraries).
 An editable install (`pip install -e .`, as `make install` does) serves the checkout's

@@ -15,8 +15,8 @@ import timeit
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from swaplab.router.captures import CaptureStore
-from swaplab.router.observe import RequestObservation
+from swaplab.router.watch.captures import CaptureStore
+from swaplab.router.watch.observe import RequestObservation
 
 EVENT = (
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"fast",'

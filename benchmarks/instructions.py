@@ -11,7 +11,7 @@ What a count leaves out: time in the kernel (system calls, the network stack) an
 so it ranks the proxies' own code, not their whole cost, which ceiling.py's CPU rows give.
 
   passthrough    benchmarks/passthrough.py's app (on uvloop, as ceiling.py runs it)
-  swaplab        `swaplab serve` (the lane, router/lane.py)
+  swaplab        `swaplab serve` (the lane, router/door/lane.py)
   swaplab-aiohttp  the same with SWAPLAB_LANE=off: every request through aiohttp's server
 
 valgrind is a Debian package (`apt-get install valgrind`), not a dependency of swaplab.

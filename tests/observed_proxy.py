@@ -9,8 +9,8 @@ from aiohttp import web
 
 from procs import free_port
 from swaplab.results.activity import ActivityRecord
-from swaplab.router.observe import RequestObservation
-from swaplab.router.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream, relay
+from swaplab.router.watch.observe import RequestObservation
+from swaplab.router.relay.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream, relay
 
 
 class RelayProxy:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,9 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 # Task fixtures the grill copies into sandboxes: data, not swaplab's code.
 FIXTURE_DIRS = (PACKAGE / "grill" / "agent" / "data", PACKAGE / "grill" / "tasks")
 LONGEST = 500
+# Past this no module goes, one concept or not; nor a room of the router past a dozen modules (issue 39).
+HARD_LONGEST = 600
+ROOM_MODULES = 12
 
 
 def lint_imports(src: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -48,6 +52,10 @@ def test_the_import_contracts_are_kept(tmp_path):
         ("launch/spec.py", "import swaplab.grill.outcome\n", "Packages are layered"),
         # A cycle inside a package: the client's server probe importing its HTTP client back.
         ("client/server.py", "import swaplab.client.http\n", "No import cycle"),
+        # A room of the router reaching up: the front door importing the request path.
+        ("router/door/guard.py", "import swaplab.router.path.forward\n", "The router's rooms are layered"),
+        # Two rooms side by side: the router's own API importing Ollama's.
+        ("router/api/listing.py", "import swaplab.router.ollama.handlers\n", "The router's rooms are layered"),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, contract):
@@ -78,6 +86,53 @@ def test_a_file_over_500_lines_says_why_it_is_one_concept():
         if "one concept" not in docstring.lower():
             long.append(f"{path.relative_to(ROOT)}: {lines} lines, and its docstring does not say why it is one concept")
     assert not long, "\n".join(long)
+
+
+def test_no_module_is_over_600_lines():
+    long = [f"{path.relative_to(ROOT)}: {lines} lines" for path in source_files()
+            if (lines := path.read_text().count("\n")) > HARD_LONGEST]
+    assert not long, "\n".join(long)
+
+
+def router_rooms() -> dict[str, list[str]]:
+    """Each sub-package of the router and its modules."""
+    return {
+        init.parent.name: sorted(path.stem for path in init.parent.glob("*.py") if path.stem != "__init__")
+        for init in sorted((PACKAGE / "router").glob("*/__init__.py"))
+    }
+
+
+def test_no_room_of_the_router_holds_more_than_a_dozen_modules():
+    crowded = {room: modules for room, modules in router_rooms().items() if len(modules) > ROOM_MODULES}
+    assert not crowded, crowded
+
+
+def page_section(heading: str) -> str:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    start = page.index(f"\n## {heading}\n")
+    end = page.find("\n## ", start + 1)
+    return page[start:end if end >= 0 else len(page)]
+
+
+def test_the_architecture_page_maps_the_rooms_that_exist_and_only_those():
+    rooms = router_rooms()
+    section = page_section("The router's rooms")
+    named = set(re.findall(r"^\| `(\w+)/` \|", section, re.MULTILINE))
+    assert named == set(rooms), f"named on the page: {sorted(named)}; in router/: {sorted(rooms)}"
+    drawing = section.split("```")[1]
+    undrawn = [room for room in rooms if not re.search(rf"(^|\| ){room}\b", drawing, re.MULTILINE)]
+    assert not undrawn, f"rooms missing from the drawing: {undrawn}"
+    for room, modules in rooms.items():
+        row = next(line for line in section.splitlines() if line.startswith(f"| `{room}/` |"))
+        unnamed = [module for module in modules if f"`{module}`" not in row and room not in ("translate", "ollama")]
+        assert not unnamed, f"{room}/'s row does not name {unnamed}"
+
+
+def test_every_package_the_map_names_exists():
+    table = page_section("The package map")
+    named = re.findall(r"^\| `(\w+)/?` \|", table, re.MULTILINE)
+    missing = [name for name in named if not (PACKAGE / name).is_dir() and not (PACKAGE / f"{name}.py").is_file()]
+    assert named and not missing, f"docs/architecture.md names what is not there: {missing}"
 
 
 def test_the_architecture_page_names_every_package():

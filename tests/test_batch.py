@@ -1,10 +1,10 @@
-"""router/batch.py: when the records of ended requests are made, on a clock the test moves itself."""
+"""router/watch/batch.py: when the records of ended requests are made, on a clock the test moves itself."""
 
 from __future__ import annotations
 
 import asyncio
 
-from swaplab.router.batch import Batch
+from swaplab.router.watch.batch import Batch
 
 # Timers far beyond the test's life: the test turns the batch itself (`step`), on its own clock.
 NEVER = 3600.0

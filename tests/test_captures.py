@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from procs import SIM, eventually
-from swaplab.router.captures import MIB, Capture, CaptureStore, canonical_header, header_map
+from swaplab.router.watch.captures import MIB, Capture, CaptureStore, canonical_header, header_map
 
 CHAT = "/v1/chat/completions"
 

@@ -13,7 +13,7 @@ import pytest
 from swaplab.builtin.defaults import DEFAULT_CONFIG_NAME
 from swaplab.config.model import ModelConfig
 from swaplab.engines import contract
-from swaplab.router.contextlimit import explain
+from swaplab.router.path.contextlimit import explain
 
 WRAPPER = "python -m swaplab.builtin.llamacpp --model m.gguf"
 

@@ -1,6 +1,6 @@
 """Generated requests near the lane's edge, sent to both front doors: the lane must answer as aiohttp's server does.
 
-The router's own front door (router/lane.py) takes a plain HTTP/1.1 POST to a model route
+The router's own front door (router/door/lane.py) takes a plain HTTP/1.1 POST to a model route
 and hands anything else to aiohttp's server; `SWAPLAB_LANE=off` sends everything to aiohttp.
 Two real routers on the same config (one with the lane, one without) get the same bytes,
 each on a fresh connection: requests built close to where the lane decides, where a
@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 
 from conftest import write_config
 from procs import SIM, Router, http_status
-from swaplab.router.targets import MODEL_ROUTES
+from swaplab.router.door.routes import MODEL_ROUTES
 from test_fuzz_http import BAD_OUTPUT, Output
 
 EXAMPLES = 1000

@@ -138,7 +138,7 @@ async def test_the_openai_sdk_s_transcription_reaches_the_model(router):
 
 
 def test_only_a_large_form_is_parsed_in_a_thread():
-    from swaplab.router.targets import OFF_LOOP_FORM_BYTES, reads_off_loop
+    from swaplab.router.path.targets import OFF_LOOP_FORM_BYTES, reads_off_loop
 
     large, small = b"x" * (OFF_LOOP_FORM_BYTES + 1), b"x" * OFF_LOOP_FORM_BYTES
     assert reads_off_loop("multipart/form-data; boundary=XyZ", large)
@@ -163,14 +163,14 @@ def test_only_a_large_form_is_parsed_in_a_thread():
     ids=["lf-preamble-empty-epilogue", "boundary-text-in-a-value", "1000-parts"],
 )
 def test_form_fields_finds_each_named_value(body, fields):
-    from swaplab.router.multipart import form_fields
+    from swaplab.router.path.multipart import form_fields
 
     found = form_fields("multipart/form-data; boundary=XyZ", body)
     assert [(field.name, body[field.start:field.end]) for field in found] == fields
 
 
 def test_a_content_type_without_a_boundary_is_not_read_as_a_form():
-    from swaplab.router.multipart import form_fields
+    from swaplab.router.path.multipart import form_fields
 
     assert form_fields("multipart/form-data", b"--XyZ--") is None
     assert form_fields("multipart/form-data; boundary=", b'{"model": "a"}') is None

@@ -1,4 +1,4 @@
-"""The lane (router/lane.py): model requests on the common path served without aiohttp's server, the rest handed to it.
+"""The lane (router/door/lane.py): model requests on the common path served without aiohttp's server, the rest handed to it.
 
 Each test runs real `swaplab serve` processes against a real upstream on loopback and
 talks raw HTTP/1.1 where the bytes matter. The lane must answer what aiohttp's server
@@ -19,7 +19,7 @@ from aiohttp import web
 from procs import PYTHON, SIM, eventually, free_port, run_swaplab
 from routerclient import running, sim_stats, wait_for_stats
 from swaplab.errors import SwaplabError
-from swaplab.router.lane import lane_enabled
+from swaplab.router.door.lane import lane_enabled
 
 CONFIG = f"""
 models:

@@ -1,4 +1,4 @@
-"""Clients that misuse a connection, met by both front doors alike: the lane (router/lane.py) and aiohttp's server.
+"""Clients that misuse a connection, met by both front doors alike: the lane (router/door/lane.py) and aiohttp's server.
 
 Each test runs a real `swaplab serve` with the lane and another with `SWAPLAB_LANE=off` and
 speaks raw sockets, where what matters is what the kernel accepts and when a socket ends.

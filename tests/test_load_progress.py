@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 from procs import SIM
 from routerclient import running
-from swaplab.router.loading import stage_text
+from swaplab.router.path.loading import stage_text
 from test_llama_swap_api import EventStream
 
 VLLM_LOG = Path(__file__).parent / "fixtures" / "startup" / "vllm.log"

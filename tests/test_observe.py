@@ -11,8 +11,8 @@ import pytest
 
 from observed_proxy import RelayProxy
 from procs import SwaplabProcess, eventually, free_port, http_status, wait_until
-from swaplab.router.captures import CaptureStore, PendingCapture
-from swaplab.router.observe import HEAD_BYTES, TAIL_BYTES, RequestObservation, token_counts
+from swaplab.router.watch.captures import CaptureStore, PendingCapture
+from swaplab.router.watch.observe import HEAD_BYTES, TAIL_BYTES, RequestObservation, token_counts
 
 CHAT = [{"role": "user", "content": "Write a long story about a dragon."}]
 

@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 
 from procs import PYTHON, SIM, eventually
-from swaplab.router.peers import verdict
+from swaplab.router.path.peers import verdict
 
 RETIRING_SCRIPT = """
 import os, sys

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from swaplab.config.security import Cors, Security
-from swaplab.router.policy import Caller, Facts, decide, is_loopback_host, split_host
+from swaplab.router.door.policy import Caller, Facts, decide, is_loopback_host, split_host
 
 DEFAULT = Security()
 CONFIGURED = Security(cors=Cors(allowed_origins=("https://app.example",), allow_credentials=True,

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from swaplab.fleet.engineapi import check_url
-from swaplab.router.targets import Tracking, upstream_tracking
+from swaplab.router.path.targets import Tracking, upstream_tracking
 
 from procs import SIM, Sim, eventually, run_swaplab
 from routerclient import chat

@@ -12,14 +12,14 @@ import pytest
 
 from swaplab.config.model import Capabilities, Config, Filters, ModelConfig, PeerConfig, ProfileConfig, SelectorConfig
 from swaplab.fleet import State
-from swaplab.router.filters import rewrite
-from swaplab.router.jsonpath import delete_path, set_path
-from swaplab.router.listing import model_records, render_capabilities
-from swaplab.router.logformat import console_formatter, console_time, format_go_time, go_duration, layout_of
-from swaplab.router.profiles import ActivationError, ProfileSwitch, listing, parse_activation, upstream_pin
-from swaplab.router.responses import llama_swap_error
-from swaplab.router.selectors import Candidate, NoTarget, Selectors, choose_spillover, choose_warm
-from swaplab.router.targets import UnreadableBody, model_from_body, replace_form_field, replace_multipart_field
+from swaplab.router.path.filters import rewrite
+from swaplab.router.path.jsonpath import delete_path, set_path
+from swaplab.router.api.listing import model_records, render_capabilities
+from swaplab.router.watch.logformat import console_formatter, console_time, format_go_time, go_duration, layout_of
+from swaplab.router.path.profiles import ActivationError, ProfileSwitch, listing, parse_activation, upstream_pin
+from swaplab.router.door.responses import llama_swap_error
+from swaplab.router.path.selectors import Candidate, NoTarget, Selectors, choose_spillover, choose_warm
+from swaplab.router.path.targets import UnreadableBody, model_from_body, replace_form_field, replace_multipart_field
 
 
 def model(model_id: str, **fields) -> ModelConfig:

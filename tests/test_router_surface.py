@@ -370,8 +370,8 @@ models:
     ],
 )
 def test_the_model_is_read_from_any_json_body_a_client_sends(content_type, body, model):
-    from swaplab.router.filters import encode
-    from swaplab.router.targets import model_from_body
+    from swaplab.router.path.filters import encode
+    from swaplab.router.path.targets import model_from_body
 
     name, document = model_from_body(content_type, body)
     assert name == model

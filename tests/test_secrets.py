@@ -20,8 +20,8 @@ from swaplab.config.redact import (
     REDACTED, command_text, config_secrets, entry_text, redact_argv, redact_env, redact_text, secret_name,
 )
 from swaplab.results.store import connect, transaction
-from swaplab.router.captures import header_map
-from swaplab.router.logformat import client_address, log_safe
+from swaplab.router.watch.captures import header_map
+from swaplab.router.watch.logformat import client_address, log_safe
 from test_llama_swap_api import EventStream
 
 CHAT = "/v1/chat/completions"

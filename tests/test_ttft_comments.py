@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from procs import SIM, eventually
 from swaplab.client.http import OpenAIClient
-from swaplab.router import observe
-from swaplab.router.firsttoken import first_content
-from swaplab.router.observe import RequestObservation
+from swaplab.router.watch import observe
+from swaplab.router.watch.firsttoken import first_content
+from swaplab.router.watch.observe import RequestObservation
 
 PREFILL_SECONDS = 0.5
 PING_SECONDS = 0.05

@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
-from swaplab.router.ui import STATIC_DIR, VENDOR_DIR, VENDOR_FILES, add_ui_routes
+from swaplab.router.api.ui import STATIC_DIR, VENDOR_DIR, VENDOR_FILES, add_ui_routes
 
 MODULES = sorted(path.name for path in STATIC_DIR.glob("*.js"))
 # `import ... from "./x.js"`, `export ... from "./x.js"`, `import("./x.js")`

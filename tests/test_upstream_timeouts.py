@@ -10,7 +10,7 @@ from aiohttp import web
 
 from procs import free_port
 from swaplab.config.model import Timeouts
-from swaplab.router.proxy import connect_limit, forward_headers, new_upstream_session, open_upstream
+from swaplab.router.relay.proxy import connect_limit, forward_headers, new_upstream_session, open_upstream
 
 
 @pytest.mark.parametrize("url, timeouts, expected", [

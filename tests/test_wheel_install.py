@@ -29,7 +29,7 @@ import pytest
 
 from procs import free_port_block, http_status, wait_until
 from swaplab.builtin.models import DEMO_MODELS, GEMMA3, SMOLLM2
-from swaplab.router.ui import VENDOR_DIR
+from swaplab.router.api.ui import VENDOR_DIR
 
 pytestmark = pytest.mark.llamacpp
 pytest.importorskip("xllamacpp", reason="the xllamacpp wheel is part of `make test`'s install")

@@ -1,4 +1,4 @@
-"""The router's own upstream client (router/wire.py) and the splice relay, over real loopback sockets.
+"""The router's own upstream client (router/relay/wire.py) and the splice relay, over real loopback sockets.
 
 Upstreams here are aiohttp servers or raw asyncio servers (for what aiohttp would never
 send: interim answers, connections dropped at chosen moments); the front is an aiohttp
@@ -17,10 +17,10 @@ from aiohttp import web
 
 from procs import eventually, free_port
 from swaplab.config.model import Timeouts
-from swaplab.router import wire
-from swaplab.router.observe import RequestObservation
-from swaplab.router.proxy import UpstreamError, UpstreamPools, forward_headers, relay
-from swaplab.router.wire import WireResponse
+from swaplab.router.relay import wire
+from swaplab.router.watch.observe import RequestObservation
+from swaplab.router.relay.proxy import UpstreamError, UpstreamPools, forward_headers, relay
+from swaplab.router.relay.wire import WireResponse
 
 EVENTS = 2000
 

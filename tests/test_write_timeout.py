@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from procs import SIM
-from swaplab.router.writetimeout import Stall, next_stall, stalled_too_long
+from swaplab.router.watch.writetimeout import Stall, next_stall, stalled_too_long
 
 # Two models that swap with each other (one at a time); a's stream is unpaced and endless
 # enough to fill any socket buffer long before it ends.

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 PACKAGES = ("uplot@1.6.32", "ansi_up@6.0.6")
-VENDOR_DIR = Path(__file__).resolve().parent.parent / "src" / "swaplab" / "router" / "static" / "vendor"
+VENDOR_DIR = Path(__file__).resolve().parent.parent / "src" / "swaplab" / "router" / "api" / "static" / "vendor"
 STAMP = "VERSIONS"
 # (package, file in its tarball, name in VENDOR_DIR)
 FILES = (

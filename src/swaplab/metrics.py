@@ -409,7 +409,7 @@ class Metrics:
         self.registry.register(self._performance)
 
     def watch_lane(self, counts: Callable[[], tuple[int, int]]) -> None:
-        """Show what the lane (router/lane.py) served and handed over: `counts()` gives both, read when rendered."""
+        """Show what the lane (router/door/lane.py) served and handed over: `counts()` gives both, read when rendered."""
         self.registry.register(LaneCollector(counts))
 
     def watch_held_bodies(self, held: Callable[[], int]) -> None:

@@ -32,26 +32,27 @@ from swaplab.results.activityapi import QueryParameterError, whole_number
 from swaplab.results.loads import LoadRecord, recent_loads
 from swaplab.results.store import connect
 from swaplab.results.writer import ActivityWriter
-from swaplab.router.api import LlamaSwapApi
-from swaplab.router.batch import Batch
-from swaplab.router.captures import CaptureStore
-from swaplab.router.events import EventHub
-from swaplab.router.forward import Forwarder
-from swaplab.router.guard import BodySlots, HeldBodies, admission_middleware, guard_middleware, replace_cors_headers
-from swaplab.router.inflight import InFlight
-from swaplab.router.keepalive import EVENT_STREAM_HEADERS
-from swaplab.router.listing import model_records, peer_record, render_capabilities, status_of
-from swaplab.router.observe import RequestObservation
+from swaplab.router.api.llamaswap import LlamaSwapApi
+from swaplab.router.watch.batch import Batch
+from swaplab.router.watch.captures import CaptureStore
+from swaplab.router.watch.events import EventHub
+from swaplab.router.path.forward import Forwarder
+from swaplab.router.door.guard import BodySlots, HeldBodies, admission_middleware, guard_middleware, replace_cors_headers
+from swaplab.router.watch.inflight import InFlight
+from swaplab.router.relay.keepalive import EVENT_STREAM_HEADERS
+from swaplab.router.api.listing import model_records, peer_record, render_capabilities, status_of
+from swaplab.router.watch.observe import RequestObservation
 from swaplab.router.ollama.handlers import OllamaApi
-from swaplab.router.peers import PeerWatch
-from swaplab.router.policy import is_loopback_listen
-from swaplab.router.performance import BAD_AFTER, DISABLED, parse_after, report
-from swaplab.router.profiles import ProfileSwitch
-from swaplab.router.profiles import listing as profile_listing
-from swaplab.router.proxy import UpstreamPools
-from swaplab.router.responses import error_response, llama_swap_error, unknown_model, unmatched_route_middleware
-from swaplab.router.targets import MODEL_GET_ROUTES, MODEL_ROUTES
-from swaplab.router.ui import add_ui_routes
+from swaplab.router.path.peers import PeerWatch
+from swaplab.router.door.policy import is_loopback_listen
+from swaplab.router.api.performance import BAD_AFTER, DISABLED, parse_after, report
+from swaplab.router.path.profiles import ProfileSwitch
+from swaplab.router.path.profiles import listing as profile_listing
+from swaplab.router.relay.proxy import UpstreamPools
+from swaplab.router.door.responses import error_response, llama_swap_error, unmatched_route_middleware
+from swaplab.router.path.targets import unknown_model
+from swaplab.router.door.routes import MODEL_GET_ROUTES, MODEL_ROUTES
+from swaplab.router.api.ui import add_ui_routes
 
 log = logging.getLogger("swaplab.router")
 
@@ -67,7 +68,7 @@ MAX_LIMIT = 100_000
 # Ended requests are turned into records and metrics this long after the first of a batch,
 # once no request has arrived or ended for QUIET_SECONDS (a burst's bookkeeping must not
 # land in the middle of the next burst), BOOKKEEPING_SLICE of them per turn of the loop,
-# none waiting for quiet more than MAX_BOOKKEEPING_DELAY (router/batch.py).
+# none waiting for quiet more than MAX_BOOKKEEPING_DELAY (router/watch/batch.py).
 BOOKKEEPING_SECONDS = 0.05
 QUIET_SECONDS = 0.01
 MAX_BOOKKEEPING_DELAY = 0.5

@@ -30,8 +30,8 @@ from swaplab.errors import ConfigError, SwaplabError
 from swaplab.fleet import LogHub
 from swaplab.fleet.logs import LogLine
 from swaplab.router.app import Router
-from swaplab.router.lane import LANE_ENV, LaneServer, lane_enabled
-from swaplab.router.logformat import console_formatter, console_time, log_safe, request_log
+from swaplab.router.door.lane import LANE_ENV, LaneServer, lane_enabled
+from swaplab.router.watch.logformat import console_formatter, console_time, log_safe, request_log
 
 log = logging.getLogger("swaplab.router")
 
@@ -192,7 +192,7 @@ async def _serve(
     )
     await runner.setup()
     loop = asyncio.get_running_loop()
-    # Model requests on the common path are served by the lane (router/lane.py); every other
+    # Model requests on the common path are served by the lane (router/door/lane.py); every other
     # request, and every connection the lane hands over, by aiohttp's server.
     lane = LaneServer(
         router.forwarder.handle_model_request, router.fleet, router.listen_loopback, runner.server,

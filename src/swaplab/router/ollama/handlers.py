@@ -43,7 +43,7 @@ from swaplab.router.ollama.translate import (
     model_name,
     streaming,
 )
-from swaplab.router.targets import (
+from swaplab.router.path.targets import (
     OFF_LOOP_FORM_BYTES,
     LocalTarget,
     PeerTarget,
@@ -55,8 +55,8 @@ from swaplab.router.targets import (
 if TYPE_CHECKING:
     from swaplab.config.model import Config
     from swaplab.fleet import Fleet
-    from swaplab.router.forward import Forwarder
-    from swaplab.router.profiles import ProfileSwitch
+    from swaplab.router.path.forward import Forwarder
+    from swaplab.router.path.profiles import ProfileSwitch
 
 log = logging.getLogger("swaplab.router")
 

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from swaplab.router.keepalive import Dialect
+from swaplab.router.relay.keepalive import Dialect
 
 NDJSON = "application/x-ndjson"
 JSON = "application/json"

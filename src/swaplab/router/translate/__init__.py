@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from swaplab.router.reshape import RESHAPE, Reshape
+from swaplab.router.relay.reshape import RESHAPE, Reshape
 from swaplab.router.translate import messages, responses
 from swaplab.router.translate.common import CHAT_PATH, BadRequest
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from swaplab.engines import contract, engine_of
 from swaplab.router import translate
-from swaplab.router.reshape import RESHAPE
+from swaplab.router.relay.reshape import RESHAPE
 
 log = logging.getLogger("swaplab.router")
 

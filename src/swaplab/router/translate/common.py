@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from swaplab.router.keepalive import HEARTBEATS, Dialect
+from swaplab.router.relay.keepalive import HEARTBEATS, Dialect
 
 CHAT_PATH = "/v1/chat/completions"
 JSON = "application/json"

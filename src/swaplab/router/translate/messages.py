@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from swaplab.router.keepalive import Dialect, error_event
+from swaplab.router.relay.keepalive import Dialect, error_event
 from swaplab.router.translate.common import (
     BadRequest,
     ChatReader,

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from swaplab.router.keepalive import Dialect
+from swaplab.router.relay.keepalive import Dialect
 from swaplab.router.translate.common import (
     BadRequest,
     ChatReader,

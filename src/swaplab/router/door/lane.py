@@ -13,7 +13,7 @@ object, the router's four middlewares and the response's header machinery and si
 lane serves a model request for some 170k fewer instructions (benchmarks/instructions.py,
 docs/performance.md).
 
-The lane takes an HTTP/1.1 `POST` to one of the model routes (`targets.MODEL_ROUTES`) with
+The lane takes an HTTP/1.1 `POST` to one of the model routes (`routes.MODEL_ROUTES`) with
 a `Content-Length` body no larger than `security.limits.largeBodyMB`, no `Expect`, no
 `Transfer-Encoding`, no `Content-Encoding` (aiohttp's parser decodes such a body) and no
 upgrade, with one `Host` and no second of any header aiohttp's parser takes once
@@ -62,11 +62,11 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from swaplab.config.model import Config
 from swaplab.config.security import Security
 from swaplab.errors import SwaplabError
-from swaplab.router.auth import key_matches, presented_key
-from swaplab.router.guard import VERDICT, HeldBodies, apply_cors, body_late, body_stalled, facts_of
-from swaplab.router.policy import Verdict, decide
-from swaplab.router.reply import LaneRequest, LaneResponse, answer_bytes
-from swaplab.router.targets import MODEL_ROUTES
+from swaplab.router.door.auth import key_matches, presented_key
+from swaplab.router.door.guard import VERDICT, HeldBodies, apply_cors, body_late, body_stalled, facts_of
+from swaplab.router.door.policy import Verdict, decide
+from swaplab.router.door.reply import LaneRequest, LaneResponse, answer_bytes
+from swaplab.router.door.routes import MODEL_ROUTES
 
 log = logging.getLogger("swaplab.router")
 

@@ -2,57 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
 import orjson
+from aiohttp import web
 
 from swaplab.config.model import Config, PeerConfig
 from swaplab.errors import SwaplabError
-from swaplab.router.multipart import MalformedForm, form_fields
+from swaplab.router.door.responses import error_response
+from swaplab.router.door.routes import MODEL_GET_ROUTES, MODEL_ROUTES
+from swaplab.router.path.multipart import MalformedForm, form_fields
 
-# The routes whose requests name a model and go to its server.
-MODEL_ROUTES = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/v1/audio/transcriptions",
-    "/v1/audio/speech",
-    "/v1/rerank",
-    "/rerank",
-    "/v1/reranking",
-    "/infill",
-    "/completion",
-    "/reranking",
-    "/v1/audio/voices",
-    "/v1/images/generations",
-    "/v1/images/edits",
-    "/sdapi/v1/txt2img",
-    "/sdapi/v1/img2img",
-    "/audioapi/v1/tasks/run",
-    "/v/chat/completions",
-    "/v/responses",
-    "/v/completions",
-    "/v/messages",
-    "/v/messages/count_tokens",
-    "/v/embeddings",
-    "/v/rerank",
-    "/v/reranking",
-)
 # Routes whose requests reach the model's server under another path, as llama-swap sends
 # them: the versionless `/v/...` without its prefix, ACE-Step's task API under `/v1`.
 UPSTREAM_PATHS = {
     "/audioapi/v1/tasks/run": "/v1/tasks/run",
     **{route: route.removeprefix("/v") for route in MODEL_ROUTES if route.startswith("/v/")},
 }
-# The GET routes that name a model with ?model= (llama-swap's modelGetRoutes); a websocket
-# upgrade on one is relayed to the model as under /upstream/.
-MODEL_GET_ROUTES = ("/props", "/v1/audio/voices", "/sdapi/v1/loras")
 
 
 def upstream_path(path: str, query_string: str) -> str:
@@ -281,3 +251,21 @@ def replace_multipart_field(content_type: str, body: bytes, field: str, value: s
             pieces += [body[done:found.start], value.encode()]
             done = found.end
     return b"".join([*pieces, body[done:]]) if pieces else body
+
+
+def unknown_model(config: Config, name: str) -> web.Response:
+    """404 for a model `config` does not know, listing the names it does."""
+    available = known_names(config)
+    return error_response(
+        404,
+        f"model {name!r} not found; available models: {', '.join(available) or '(none configured)'}",
+        "model_not_found",
+        available=available,
+    )
+
+
+async def renamed_form(content_type: str, body: bytes, name: str) -> bytes:
+    """The form body with its `model` field holding `name`: in a thread for a large form, as it was read."""
+    if reads_off_loop(content_type, body):
+        return await asyncio.to_thread(replace_form_field, content_type, body, "model", name)
+    return replace_form_field(content_type, body, "model", name)

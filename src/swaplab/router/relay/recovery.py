@@ -16,7 +16,7 @@ from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet
 from swaplab.fleet.lease import BackendUnavailable, Lease
 from swaplab.metrics import Metrics
-from swaplab.router.proxy import UpstreamError
+from swaplab.router.relay.proxy import UpstreamError
 
 log = logging.getLogger("swaplab.router")
 

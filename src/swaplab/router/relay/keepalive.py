@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from swaplab.router.dialect import Dialect, route_dialect
-from swaplab.router.reply import stream_response
+from swaplab.router.door.dialect import Dialect, route_dialect
+from swaplab.router.door.reply import stream_response
 
 EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from swaplab.config.model import Config, SelectorConfig
 from swaplab.fleet import State
-from swaplab.router.targets import LocalTarget, resolve
+from swaplab.router.path.targets import LocalTarget, resolve
 
 
 @dataclass(frozen=True)

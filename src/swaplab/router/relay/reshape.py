@@ -13,7 +13,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from swaplab.router.keepalive import Dialect
+from swaplab.router.relay.keepalive import Dialect
 
 
 class Reshape(Protocol):

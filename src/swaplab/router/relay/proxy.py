@@ -20,12 +20,12 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from swaplab.config.model import Timeouts
-from swaplab.router.dialect import dialect_of
-from swaplab.router.keepalive import KeepAlive, error_event
-from swaplab.router.observe import RequestObservation
-from swaplab.router.reply import send_whole, stream_response
-from swaplab.router.reshape import Reshape
-from swaplab.router.wire import WireError, WirePool, WireResponse, open_wire, set_keepalive
+from swaplab.router.door.dialect import dialect_of
+from swaplab.router.relay.keepalive import KeepAlive, error_event
+from swaplab.router.watch.observe import RequestObservation
+from swaplab.router.door.reply import send_whole, stream_response
+from swaplab.router.relay.reshape import Reshape
+from swaplab.router.relay.wire import WireError, WirePool, WireResponse, open_wire, set_keepalive
 
 log = logging.getLogger("swaplab.router")
 

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from swaplab.config.model import Filters
-from swaplab.router.jsonpath import delete_path, is_path, set_path
-from swaplab.router.targets import UnreadableBody
+from swaplab.router.path.jsonpath import delete_path, is_path, set_path
+from swaplab.router.path.targets import UnreadableBody
 
 PROTECTED = frozenset({"model"})
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from swaplab.results.activity import ActivityRecord
-from swaplab.router.captures import Capture, CaptureStore, PendingCapture
-from swaplab.router.firsttoken import CONTENT_MARKER_BYTES, first_content
+from swaplab.router.watch.captures import Capture, CaptureStore, PendingCapture
+from swaplab.router.watch.firsttoken import CONTENT_MARKER_BYTES, first_content
 
 if TYPE_CHECKING:
     from aiohttp import web

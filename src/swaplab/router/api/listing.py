@@ -17,7 +17,7 @@ from typing import Any
 
 from swaplab.config.model import Capabilities, Config
 from swaplab.fleet import State
-from swaplab.router.targets import LocalTarget, resolve
+from swaplab.router.path.targets import LocalTarget, resolve
 
 NO_CAPABILITIES = Capabilities()
 # Fields the capabilities renderer owns: a model with capabilities drops these metadata keys.

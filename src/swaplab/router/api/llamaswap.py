@@ -27,18 +27,18 @@ from swaplab.results.activityapi import (
     activity_page,
     activity_stats,
 )
-from swaplab.router import events
-from swaplab.router.listing import render_capabilities
-from swaplab.router.responses import llama_swap_error
+from swaplab.router.watch import events
+from swaplab.router.api.listing import render_capabilities
+from swaplab.router.door.responses import llama_swap_error
 
 if TYPE_CHECKING:
     from swaplab.config.model import Config
     from swaplab.fleet import Fleet, LogHub
     from swaplab.results.writer import ActivityWriter
-    from swaplab.router.captures import CaptureStore
-    from swaplab.router.inflight import InFlight
-    from swaplab.router.peers import PeerWatch
-    from swaplab.router.profiles import ProfileSwitch
+    from swaplab.router.watch.captures import CaptureStore
+    from swaplab.router.watch.inflight import InFlight
+    from swaplab.router.path.peers import PeerWatch
+    from swaplab.router.path.profiles import ProfileSwitch
 
 
 class Router(Protocol):

@@ -23,7 +23,7 @@ from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDictProxy
 from yarl import URL
 
-from swaplab.router.guard import apply_cors
+from swaplab.router.door.guard import apply_cors
 
 # Reason phrases as aiohttp gives them: the standard library's, "" for a status it does not name.
 _REASONS = {status.value: status.phrase for status in HTTPStatus}

@@ -26,15 +26,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from swaplab.config.security import DEFAULT_WRITE_TIMEOUT, Network
-from swaplab.router.captures import header_map
-from swaplab.router.events import EventHub
-from swaplab.router.logformat import client_address
-from swaplab.router.writetimeout import Stall, cut_message, next_stall, sample_interval, stalled_too_long
+from swaplab.router.watch.captures import header_map
+from swaplab.router.watch.events import EventHub
+from swaplab.router.watch.logformat import client_address
+from swaplab.router.watch.writetimeout import Stall, cut_message, next_stall, sample_interval, stalled_too_long
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from swaplab.router.observe import RequestObservation
+    from swaplab.router.watch.observe import RequestObservation
 
 UPDATE_SECONDS = 0.25
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import WSCloseCode, WSMsgType, web
 from multidict import CIMultiDict
 
-from swaplab.router.observe import RequestObservation
+from swaplab.router.watch.observe import RequestObservation
 
 log = logging.getLogger("swaplab.router")
 
@@ -28,16 +27,6 @@ HANDSHAKE_HEADERS = frozenset(
 UNSENDABLE_CODES = frozenset({1005, 1006, 1015})
 CLOSE_SECONDS = 10.0
 GOING_AWAY = 1001
-
-
-def is_upgrade(headers: Mapping[str, str]) -> bool:
-    """A websocket upgrade: `Connection` has the token `upgrade` and `Upgrade` the token `websocket` (any case, lists)."""
-    return _has_token(headers, "Connection", "upgrade") and _has_token(headers, "Upgrade", "websocket")
-
-
-def _has_token(headers: Mapping[str, str], name: str, token: str) -> bool:
-    values = headers.getall(name, ()) if hasattr(headers, "getall") else [headers.get(name, "")]
-    return any(part.strip().lower() == token for value in values for part in value.split(","))
 
 
 async def relay_websocket(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from swaplab.router.dialect import Dialect, dialect_of
+from swaplab.router.door.dialect import Dialect, dialect_of
 
 NDJSON = "application/x-ndjson"
 

@@ -33,26 +33,26 @@ from yarl import URL
 from swaplab.config.model import Config, Filters, ModelConfig
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, State
-from swaplab.fleet.lease import BackendUnavailable, Lease, OverCapacity
+from swaplab.fleet.lease import Lease
 from swaplab.metrics import Metrics
-from swaplab.router import filters
-from swaplab.router.auth import CREDENTIAL_HEADERS
-from swaplab.router.captures import CaptureStore
-from swaplab.router.inflight import InFlight
-from swaplab.router.keepalive import (
+from swaplab.router.path import filters
+from swaplab.router.door.auth import CREDENTIAL_HEADERS
+from swaplab.router.watch.captures import CaptureStore
+from swaplab.router.watch.inflight import InFlight
+from swaplab.router.relay.keepalive import (
     KeepAlive,
     KeepAliveClock,
-    error_event,
     stream_dialect,
 )
-from swaplab.router.loading import INTERVAL_SECONDS as LOADING_INTERVAL
-from swaplab.router.loading import loading_event, progress_text, wants_loading_state
-from swaplab.router.observe import RequestObservation
+from swaplab.router.path.loading import INTERVAL_SECONDS as LOADING_INTERVAL
+from swaplab.router.path.loading import loading_event, progress_text, wants_loading_state
+from swaplab.router.watch.observe import RequestObservation
 from swaplab.config.engines import call_headers
-from swaplab.router.contextlimit import explain as too_long
-from swaplab.router.peers import PeerWatch, peer_credentials
-from swaplab.router.profiles import ProfileSwitch, upstream_pin
-from swaplab.router.proxy import (
+from swaplab.router.path.contextlimit import explain as too_long
+from swaplab.router.path.refusal import failed, refusal
+from swaplab.router.path.peers import PeerWatch, peer_credentials
+from swaplab.router.path.profiles import ProfileSwitch, upstream_pin
+from swaplab.router.relay.proxy import (
     UpstreamError,
     UpstreamPools,
     forward_headers,
@@ -60,27 +60,29 @@ from swaplab.router.proxy import (
     error_text,
     relay_reshaped,
 )
-from swaplab.router.recovery import Failure, explain_break, recover
-from swaplab.router.reshape import RESHAPE, Reshape
-from swaplab.router.responses import error_response, llama_swap_error, unknown_model
-from swaplab.router.selectors import Choice, NoTarget, Selectors
+from swaplab.router.relay.recovery import Failure, explain_break, recover
+from swaplab.router.relay.reshape import RESHAPE, Reshape
+from swaplab.router.door.responses import error_response, llama_swap_error
+from swaplab.router.path.selectors import Choice, NoTarget, Selectors
 from swaplab.router import translate
 from swaplab.router.translate.book import RouteBook
-from swaplab.router.targets import (
+from swaplab.router.path.targets import (
+    unknown_model,
     LocalTarget,
     PeerTarget,
     UnreadableBody,
     OFF_LOOP_FORM_BYTES,
     model_from_body,
     reads_off_loop,
-    replace_form_field,
+    renamed_form,
     resolve,
     Tracking,
     split_upstream_path,
     upstream_path,
     upstream_tracking,
 )
-from swaplab.router.websocket import is_upgrade, relay_websocket
+from swaplab.router.door.guard import is_upgrade
+from swaplab.router.relay.websocket import relay_websocket
 
 log = logging.getLogger("swaplab.router")
 
@@ -196,7 +198,7 @@ class Forwarder:
                 document = {**document, "model": name}
                 body = filters.encode(document)
             else:
-                body = await _renamed_form(request.headers.get("Content-Type", ""), body, name)
+                body = await renamed_form(request.headers.get("Content-Type", ""), body, name)
         try:
             return await self._forward(request, name, path, body, document)
         finally:
@@ -318,7 +320,7 @@ class Forwarder:
                     if reshape is not None:
                         reshape.load_seconds = time.perf_counter() - began
             except SwaplabError as error:
-                return await _failed(observation, *_refusal(error), keepalive)
+                return await failed(observation, *refusal(error), keepalive)
             except asyncio.CancelledError:
                 observation.end(completed=False, disconnected=True)  # left while queued
                 raise
@@ -334,11 +336,11 @@ class Forwarder:
                     try:
                         sent = self._filtered(body, document, model.use_model_name or None, model.filters, name)
                     except UnreadableBody as error:
-                        return await _failed(
+                        return await failed(
                             observation, error.status, str(error), "invalid_request_error", None, keepalive
                         )
                 elif model.use_model_name:  # a form or ?model=: renamed there, as llama-swap does
-                    sent = await _renamed_form(request.headers.get("Content-Type", ""), body, model.use_model_name)
+                    sent = await renamed_form(request.headers.get("Content-Type", ""), body, model.use_model_name)
                     if request.method == "GET" and request.query.get("model") == name:
                         sent_path = str(URL(path).update_query(model=model.use_model_name))
                 else:
@@ -351,10 +353,10 @@ class Forwarder:
                     )
                 except UpstreamError as error:
                     if not error.unreachable:
-                        return await _failed(observation, error.status, str(error), "upstream_error", None, keepalive)
+                        return await failed(observation, error.status, str(error), "upstream_error", None, keepalive)
                     recovered = await recover(self.fleet, self.metrics, lease, error, first=attempt == 1)
                     if isinstance(recovered, Failure):
-                        return await _failed(
+                        return await failed(
                             observation, recovered.status, recovered.message, "upstream_error", recovered.retry_after,
                             keepalive,
                         )
@@ -439,7 +441,7 @@ class Forwarder:
         observation = self._observe(request, target.model, path if reshape is None else reshape.path, name, peer.id)
         health = self.peers.health(peer.id, target.model)
         if not health.available:
-            return await _failed(
+            return await failed(
                 observation, 503, f"peer model {peer.id}/{target.model} is unavailable: {health.reason}",
                 "model_unavailable",
             )
@@ -447,7 +449,7 @@ class Forwarder:
             try:
                 body = self._filtered(body, document, target.model, peer.filters, name)
             except UnreadableBody as error:
-                return await _failed(observation, error.status, str(error), "invalid_request_error")
+                return await failed(observation, error.status, str(error), "invalid_request_error")
         observation.sending(body)
         keepalive = self._keepalive(request, path, document, self.config.heartbeat_interval, reshape)
 
@@ -462,7 +464,7 @@ class Forwarder:
                         self._upstream_headers(request, peer_credentials(peer)), body,
                     )
                 except UpstreamError as error:
-                    return await _failed(
+                    return await failed(
                         observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
                     )
                 if upstream.status != 404 or reshape is not None:
@@ -514,7 +516,7 @@ class Forwarder:
             try:
                 lease = self.fleet.admit_now(model_id) or await self.fleet.acquire(model_id)
             except SwaplabError as error:
-                return await _failed(observation, *_refusal(error))
+                return await failed(observation, *refusal(error))
             except asyncio.CancelledError:
                 observation.end(completed=False, disconnected=True)
                 raise
@@ -560,50 +562,6 @@ def backend_credentials(model: ModelConfig, path: str) -> dict[str, str] | None:
     """A local server started with its own key (the entry's `apiKey`, or its `--api-key`) is sent that
     key, as a peer is sent its `apiKey`: a client of the router needs none of the backend's."""
     return call_headers(model, path) or None
-
-
-async def _failed(
-    observation: RequestObservation,
-    status: int,
-    message: str,
-    kind: str,
-    retry_after: float | None = None,
-    keepalive: KeepAlive | None = None,
-) -> web.StreamResponse:
-    """An error the router answers itself, recorded like any other request.
-
-    Inside an event stream already under way (heartbeats, loading progress), the error
-    is its final event, in the route's own framing.
-    """
-    observation.fail(status, message)
-    committed = await keepalive.stop() if keepalive is not None else None
-    if committed is not None and keepalive is not None:
-        event = error_event(message, keepalive.dialect, status)
-        observation.answered(committed, event)  # for its capture, built in the next batch
-        await committed.write(event)
-        await committed.write_eof()
-        return committed
-    response = error_response(status, message, kind)
-    if retry_after is not None:
-        response.headers["Retry-After"] = str(max(1, round(retry_after)))
-    observation.answered(response, response.body)  # type: ignore[arg-type]  # json_response's: bytes
-    return response
-
-
-def _refusal(error: SwaplabError) -> tuple[int, str, str, float | None]:
-    """What the client is told when the fleet refuses a request: status, message, error type, Retry-After."""
-    if isinstance(error, OverCapacity):
-        return 429, str(error), "rate_limit_exceeded", error.retry_after
-    if isinstance(error, BackendUnavailable):
-        return 503, str(error), "model_unavailable", error.retry_after
-    return 503, str(error), "model_unavailable", None
-
-
-async def _renamed_form(content_type: str, body: bytes, name: str) -> bytes:
-    """The form body with its `model` field holding `name`: in a thread for a large form, as it was read."""
-    if reads_off_loop(content_type, body):
-        return await asyncio.to_thread(replace_form_field, content_type, body, "model", name)
-    return replace_form_field(content_type, body, "model", name)
 
 
 def _with_query(path: str, request: web.Request) -> str:

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
 from swaplab.config.model import Config
 from swaplab.config.security import MIB, Limits, Security
-from swaplab.router.auth import key_refusal
-from swaplab.router.policy import Facts, Verdict, decide
-from swaplab.router.responses import error_response
-from swaplab.router.websocket import is_upgrade
+from swaplab.router.door.auth import key_refusal
+from swaplab.router.door.policy import Facts, Verdict, decide
+from swaplab.router.door.responses import error_response
 
 log = logging.getLogger("swaplab.router")
 
@@ -95,6 +94,16 @@ class HeldBodies:
             waiter = asyncio.get_running_loop().create_future()
             self.waiting.append(waiter)
             await waiter
+
+
+def is_upgrade(headers: Mapping[str, str]) -> bool:
+    """A websocket upgrade: `Connection` has the token `upgrade` and `Upgrade` the token `websocket` (any case, lists)."""
+    return _has_token(headers, "Connection", "upgrade") and _has_token(headers, "Upgrade", "websocket")
+
+
+def _has_token(headers: Mapping[str, str], name: str, token: str) -> bool:
+    values = headers.getall(name, ()) if hasattr(headers, "getall") else [headers.get(name, "")]
+    return any(part.strip().lower() == token for value in values for part in value.split(","))
 
 
 def facts_of(request: web.Request, listen_loopback: bool) -> Facts:
