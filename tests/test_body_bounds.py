@@ -17,6 +17,7 @@ import urllib.request
 import pytest
 
 from procs import SIM
+from test_lane_hostile import read_to_end
 
 MIB = 1024 * 1024
 # Time enough for a trickling body to be cut at a deadline of one second, however busy the machine.
@@ -39,17 +40,6 @@ def status_and_message(answer: bytes) -> tuple[int, str]:
         return status, body.decode(errors="replace")
 
 
-def read_to_end(sock: socket.socket, bound: float = 60) -> bytes:
-    sock.settimeout(bound)
-    received = b""
-    try:
-        while chunk := sock.recv(65536):
-            received += chunk
-    except (TimeoutError, ConnectionResetError):
-        pass
-    return received
-
-
 def trickle(port: int, first: bytes, piece: bytes) -> bytes:
     """Send `first`, then `piece` every TRICKLE_PACE seconds (each well within bodyTimeout) until the router
     answers or TRICKLE_BYTES pieces went; what it answered."""
@@ -63,7 +53,7 @@ def trickle(port: int, first: bytes, piece: bytes) -> bytes:
                 sock.sendall(piece)
             except (BrokenPipeError, ConnectionResetError):
                 break
-        return read_to_end(sock)
+        return read_to_end(sock, 60)
 
 
 TRICKLE_CONFIG = f"""
@@ -134,7 +124,7 @@ def test_bodies_held_at_once_are_bounded_and_given_back(router_factory, tmp_path
 
     with socket.create_connection(("127.0.0.1", router.port)) as sock:
         sock.sendall(head(b"%d" % len(BIG)) + BIG)
-        answer = read_to_end(sock)
+        answer = read_to_end(sock, 60)
     status, message = status_and_message(answer)
     assert status == 503 and b"\r\nRetry-After: 1\r\n" in answer.partition(b"\r\n\r\n")[0], answer[:300]
     assert message == ("the router holds 0.6 MiB of request bodies already, and this one's 0.6 MiB would pass "

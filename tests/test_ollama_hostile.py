@@ -16,6 +16,8 @@ import pytest
 
 from conftest import write_config
 from procs import SIM, Router, eventually
+from test_hostile_multipart import _answer as answer_of
+from test_hostile_multipart import _open as open_request
 from routerclient import running
 
 CONFIG = f"""
@@ -50,24 +52,10 @@ def _chat(*images: str) -> bytes:
     return json.dumps({"model": "sim", "stream": False, "messages": [message]}).encode()
 
 
-async def _open(port: int, body: bytes):
-    """A connection with one request written whole, its answer not yet read."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
-    writer.write(body)
-    await writer.drain()
-    return reader, writer
-
-
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[int, dict]:
     """The status and JSON body of the answer on a `Connection: close` request."""
-    try:
-        raw = await asyncio.wait_for(reader.read(), ANSWER_BOUND)
-    finally:
-        writer.close()
-    head, _, content = raw.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), json.loads(content)
+    status, content = await answer_of(reader, writer)
+    return status, json.loads(content)
 
 
 async def _post(router, path: str, body: bytes) -> tuple[int, dict]:
@@ -111,7 +99,8 @@ async def _read_whole(router, writer: asyncio.StreamWriter) -> None:
 
 async def test_health_answers_while_a_large_image_is_checked_and_its_bad_base64_is_a_400(router):
     # 64 MiB of base64, bad only at its end: a second of parsing and checking, which held the loop (issue 38).
-    reader, writer = await _open(router.port, _chat(_image(48 * 1024 * 1024)[:-4] + "%AAA"))
+    body = _chat(_image(48 * 1024 * 1024)[:-4] + "%AAA")
+    reader, writer = await open_request(router.port, b"application/json", body, "/api/chat")
     refused = asyncio.ensure_future(_answer(reader, writer))
     # The probe leaves once the router holds the whole body (so it is working on it), and must be answered first.
     await _read_whole(router, writer)
