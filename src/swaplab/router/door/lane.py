@@ -9,7 +9,7 @@ headers (llhttp, through httptools) and, for a request the lane takes, its body;
 request goes to the same handler aiohttp would call (`Forwarder.handle_model_request`), as a
 `reply.LaneRequest`, and its answer is written by `reply.LaneResponse`. aiohttp's server
 costs each request its protocol's bookkeeping, two task steps, a stream writer, the request
-object, the router's four middlewares and the response's header machinery and signal; the
+object, the router's three middlewares and the response's header machinery and signal; the
 lane serves a model request for some 170k fewer instructions (benchmarks/instructions.py,
 docs/performance.md).
 
