@@ -71,10 +71,6 @@ class HeldBodies:
         self.held += size
         return True
 
-    def add(self, size: int) -> None:
-        """Count `size` bytes already in memory, whether or not they fit."""
-        self.held += size
-
     def give(self, size: int) -> None:
         """`size` bytes held are let go; whoever waits for room looks again."""
         self.held -= size
