@@ -138,14 +138,14 @@ async def test_the_openai_sdk_s_transcription_reaches_the_model(router):
 
 
 def test_only_a_large_form_is_parsed_in_a_thread():
-    from swaplab.router.path.targets import OFF_LOOP_FORM_BYTES, reads_off_loop
+    from swaplab.router.path.targets import OFF_LOOP_BYTES, reads_off_loop
 
-    large, small = b"x" * (OFF_LOOP_FORM_BYTES + 1), b"x" * OFF_LOOP_FORM_BYTES
+    large, small = b"x" * (OFF_LOOP_BYTES + 1), b"x" * OFF_LOOP_BYTES
     assert reads_off_loop("multipart/form-data; boundary=XyZ", large)
     assert reads_off_loop("Application/X-WWW-Form-Urlencoded", large)
     assert not reads_off_loop("multipart/form-data; boundary=XyZ", small)
     for json_type in ("application/json", None, "application/vnd.api+json"):  # the hot path stays on the loop
-        assert not reads_off_loop(json_type, b"x" * (8 * OFF_LOOP_FORM_BYTES))
+        assert not reads_off_loop(json_type, b"x" * (8 * OFF_LOOP_BYTES))
 
 
 @pytest.mark.parametrize(

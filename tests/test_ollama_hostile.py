@@ -165,10 +165,10 @@ async def test_a_large_embedding_request_is_translated_off_the_loop_and_answered
 
 
 async def test_only_a_large_body_is_worked_on_in_a_thread():
-    from swaplab.router.ollama.handlers import OFF_LOOP_BYTES, off_loop, off_loop_if
-    from swaplab.router.path.targets import OFF_LOOP_FORM_BYTES
+    from swaplab.router.ollama.handlers import off_loop, off_loop_if
+    from swaplab.router.path.targets import OFF_LOOP_BYTES
 
-    assert OFF_LOOP_BYTES == OFF_LOOP_FORM_BYTES == 64 * 1024  # the forms' bound
+    assert OFF_LOOP_BYTES == 64 * 1024  # the forms' bound
     assert off_loop(b"x" * (OFF_LOOP_BYTES + 1)) and not off_loop(b"x" * OFF_LOOP_BYTES)
     here = threading.get_ident()
     assert await off_loop_if(False, threading.get_ident) == here  # the small request's path: no thread

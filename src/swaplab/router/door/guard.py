@@ -57,11 +57,11 @@ class HeldBodies:
     rather than hold it while others are answered.
     """
 
-    __slots__ = ("held", "waiting")
+    __slots__ = ("held", "_waiting")
 
     def __init__(self) -> None:
         self.held = 0
-        self.waiting: list[asyncio.Future[None]] = []
+        self._waiting: list[asyncio.Future[None]] = []
         """Who waits for room (`wait_to_take`), woken by `give`."""
 
     def take(self, size: int, bound: int) -> bool:
@@ -74,21 +74,17 @@ class HeldBodies:
     def give(self, size: int) -> None:
         """`size` bytes held are let go; whoever waits for room looks again."""
         self.held -= size
-        if self.waiting:
-            self.wake()
-
-    def wake(self) -> None:
-        """Whoever waits for room looks again."""
-        waiters, self.waiting = self.waiting, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        if self._waiting:
+            waiters, self._waiting = self._waiting, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def wait_to_take(self, size: int, bound: int) -> None:
         """Hold `size` more bytes once they fit (the caller bounds the wait)."""
         while not self.take(size, bound):
             waiter = asyncio.get_running_loop().create_future()
-            self.waiting.append(waiter)
+            self._waiting.append(waiter)
             await waiter
 
 
@@ -152,9 +148,7 @@ def admission_middleware(current: Callable[[], Config], slots: BodySlots, held: 
         try:
             return refused if refused is not None else await handler(request)
         finally:
-            held.held -= holding  # `held.give`, inline
-            if held.waiting:
-                held.wake()
+            held.give(holding)
 
     return admit
 
@@ -173,9 +167,7 @@ async def read_body(
         if len(body) > limits.max_body_bytes:
             return _too_large(len(body), limits), 0
         size = len(body)
-        if held.held + size <= bound:  # `held.take`, inline: nearly every request passes here
-            held.held += size
-        elif not await _room(held, size, limits):
+        if not held.take(size, bound) and not await _room(held, size, limits):
             return _no_room(held, size, limits), 0
         return None, size
     holding = declared or 0  # a body of unknown length is counted as it comes
@@ -183,8 +175,7 @@ async def read_body(
         return _no_room(held, holding, limits), 0
     try:
         if declared is not None and declared <= limits.large_body_bytes:
-            refused, holding = await _read(request, limits, held, holding)
-            return refused, holding
+            return await _read(request, limits, held, holding)
         semaphore = slots.semaphore(limits.max_large_bodies)
         try:
             async with asyncio.timeout(limits.body_timeout):
@@ -195,8 +186,7 @@ async def read_body(
                 "read already (security.limits.maxLargeBodies); retry in a moment",
             ), holding
         try:
-            refused, holding = await _read(request, limits, held, holding)
-            return refused, holding
+            return await _read(request, limits, held, holding)
         finally:
             semaphore.release()
     except BaseException:  # cancelled while reading (the client left): what it held is given back here

@@ -444,10 +444,8 @@ class LaneConnection(asyncio.Protocol):
         keys = config.api_keys
         if keys and not key_matches(presented_key(request), keys):  # type: ignore[arg-type]
             return False
-        held = self.server.held  # `HeldBodies.take`, inline: every request passes here
-        if held.held + self._length > config.security.limits.max_held_body_bytes:
+        if not self.server.held.take(self._length, config.security.limits.max_held_body_bytes):
             return False  # no room for its body now: aiohttp's guard waits for room, or answers 503
-        held.held += self._length
         self._holding = self._length
         request[VERDICT] = verdict
         self._request = request
@@ -502,12 +500,7 @@ class LaneConnection(asyncio.Protocol):
             logged = self._answer(request, _internal_error())
         finally:
             self.task = None
-            if self._holding:  # `_let_go`, inline: every request with a body passes here
-                held = self.server.held
-                held.held -= self._holding
-                self._holding = 0
-                if held.waiting:
-                    held.wake()
+            self._let_go()
         if self.server.access_log is not None and logged is not None:
             try:
                 self.server.access_log.log(request, logged, loop.time() - began)  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ from swaplab.router.ollama.translate import (
     streaming,
 )
 from swaplab.router.path.targets import (
-    OFF_LOOP_FORM_BYTES,
+    OFF_LOOP_BYTES,
     LocalTarget,
     PeerTarget,
     UnreadableBody,
@@ -68,9 +68,6 @@ EMPTY_DETAILS = {"parent_model": "", "format": "", "family": "", "families": [],
                  "quantization_level": ""}
 # Fleet states in which a model holds memory, as Ollama's `ps` lists its loaded runners.
 LOADED_STATES = frozenset({"starting", "ready", "falling_asleep", "sleeping", "waking"})
-OFF_LOOP_BYTES = OFF_LOOP_FORM_BYTES
-"""A request body past this (64 KiB, where a form too is read in a thread) is parsed, translated and encoded
-off the loop."""
 _Result = TypeVar("_Result")
 
 

@@ -71,7 +71,7 @@ from swaplab.router.path.targets import (
     LocalTarget,
     PeerTarget,
     UnreadableBody,
-    OFF_LOOP_FORM_BYTES,
+    OFF_LOOP_BYTES,
     model_from_body,
     reads_off_loop,
     renamed_form,
@@ -135,7 +135,7 @@ class Forwarder:
         content_type = request.headers.get("Content-Type")
         try:
             # A large form: its parts are Python's work (the length first: every request passes here).
-            if len(body) > OFF_LOOP_FORM_BYTES and reads_off_loop(content_type, body):
+            if len(body) > OFF_LOOP_BYTES and reads_off_loop(content_type, body):
                 name, document = await asyncio.to_thread(model_from_body, content_type, body)
             else:
                 name, document = model_from_body(content_type, body)

@@ -104,9 +104,9 @@ MULTIPART = "multipart/form-data"
 # orjson's own bound on nesting: a body past it is refused, not read by json's fallback,
 # whose recursion would end in a RecursionError.
 MAX_JSON_DEPTH = 1024
-# A form body past this is read in a thread (`reads_off_loop`): up to 1,000 parts of header
-# parsing is Python's work, and the loop must go on answering meanwhile.
-OFF_LOOP_FORM_BYTES = 64 * 1024
+# A body past this has its heavy parsing done in a thread, so the loop goes on answering meanwhile:
+# a form's parts (`reads_off_loop`: up to 1,000 of header parsing), Ollama's images (`router.ollama`).
+OFF_LOOP_BYTES = 64 * 1024
 
 
 class UnreadableBody(SwaplabError):
@@ -118,8 +118,8 @@ class UnreadableBody(SwaplabError):
 
 
 def reads_off_loop(content_type: str | None, body: bytes) -> bool:
-    """Whether `model_from_body` should run in a thread: a form body past `OFF_LOOP_FORM_BYTES` (JSON never)."""
-    return len(body) > OFF_LOOP_FORM_BYTES and _media(content_type) in (MULTIPART, FORM_URLENCODED)
+    """Whether `model_from_body` should run in a thread: a form body past `OFF_LOOP_BYTES` (JSON never)."""
+    return len(body) > OFF_LOOP_BYTES and _media(content_type) in (MULTIPART, FORM_URLENCODED)
 
 
 def _media(content_type: str | None) -> str:
