@@ -83,7 +83,7 @@ def test_a_body_trickled_within_the_idle_timeout_is_cut_at_its_deadline(router_f
 
 HELD_CONFIG = f"""
 security:
-  limits: {{maxBodyMB: 1, maxHeldBodiesMB: 1, bodyTimeout: 2}}
+  limits: {{maxBodyMB: 1, maxHeldBodiesMB: 1, bodyTimeout: 5}}
 models:
   m:
     cmd: {SIM} --port ${{PORT}} --model m --tokens-per-second 20 --default-max-tokens 100000
