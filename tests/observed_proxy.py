@@ -1,4 +1,4 @@
-"""`relay()` with an observation, in the smallest aiohttp app: for tests until the router itself records."""
+"""`answer()` (the relay with an observation), in the smallest aiohttp app: for tests until the router itself records."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from aiohttp import web
 from procs import free_port
 from swaplab.results.activity import ActivityRecord
 from swaplab.router.watch.observe import RequestObservation
-from swaplab.router.relay.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream, relay
+from swaplab.router.relay.answer import answer
+from swaplab.router.relay.proxy import UpstreamError, forward_headers, new_upstream_session, open_upstream
 
 
 class RelayProxy:
@@ -50,7 +51,7 @@ class RelayProxy:
         except UpstreamError as error:
             observation.fail(error.status, str(error))
             return web.Response(status=error.status, text=str(error))
-        response, _ = await relay(request, upstream, observation)
+        response, _ = await answer(request, upstream, observation)
         return response
 
     def _finished(self, record: ActivityRecord) -> None:

@@ -56,6 +56,10 @@ def test_the_import_contracts_are_kept(tmp_path):
         ("router/door/guard.py", "import swaplab.router.path.forward\n", "The router's rooms are layered"),
         # Two rooms side by side: the router's own API importing Ollama's.
         ("router/api/listing.py", "import swaplab.router.ollama.handlers\n", "The router's rooms are layered"),
+        # One stage of the request path calling another: the relay beating a heartbeat itself.
+        ("router/relay/proxy.py", "import swaplab.router.relay.keepalive\n", "The request path's stages"),
+        # The observation reaching into admission.
+        ("router/watch/observe.py", "import swaplab.fleet.lease\n", "The request path's stages"),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, contract):

@@ -1,4 +1,4 @@
-"""The request observer on real bytes: `swaplab sim` and llama.cpp's own server, and through `relay()`."""
+"""The request observer on real bytes: `swaplab sim` and llama.cpp's own server, and through `answer()`."""
 
 from __future__ import annotations
 

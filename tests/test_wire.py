@@ -2,7 +2,7 @@
 
 Upstreams here are aiohttp servers or raw asyncio servers (for what aiohttp would never
 send: interim answers, connections dropped at chosen moments); the front is an aiohttp
-app whose handler does what the router's does: `UpstreamPools.open`, then `proxy.relay`.
+app whose handler does what the router's does: `UpstreamPools.open`, then `answer` (the relay).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from procs import eventually, free_port
 from swaplab.config.model import Timeouts
 from swaplab.router.relay import wire
 from swaplab.router.watch.observe import RequestObservation
-from swaplab.router.relay.proxy import UpstreamError, UpstreamPools, forward_headers, relay
+from swaplab.router.relay.answer import answer
+from swaplab.router.relay.proxy import UpstreamError, UpstreamPools, forward_headers
 from swaplab.router.relay.wire import WireResponse
 
 EVENTS = 2000
@@ -61,7 +62,7 @@ class Front:
         except UpstreamError as error:
             return web.json_response({"error": str(error), "unreachable": error.unreachable}, status=error.status)
         self.answered.set()
-        response, _ = await relay(request, upstream, observation)
+        response, _ = await answer(request, upstream, observation)
         return response
 
     async def __aenter__(self) -> Front:

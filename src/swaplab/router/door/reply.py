@@ -1,6 +1,6 @@
 """A request the lane (`router.lane`) took from the wire, and the answer it writes, in the shapes the request path reads.
 
-The request path (`forward`, `proxy.relay`, `keepalive`, the observation, the in-flight
+The request path (`exchange`, `answer`, `proxy`, `keepalive`, the observation, the in-flight
 list) was written against aiohttp's `web.Request` and `web.StreamResponse`. A request the
 lane serves is a `LaneRequest`, which has the attributes that path reads of one (headers,
 method, path, query, transport, the writer's drain, per-request values), and its answer a

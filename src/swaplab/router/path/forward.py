@@ -1,20 +1,16 @@
-"""The model request path: which server a request goes to, its admission, and the relay.
+"""Which server a model request goes to: the fleet's backend, a peer, or a websocket to either.
 
 A request names a model (JSON `model`, a form field, `?model=`, or `/upstream/<model>/`);
 while a profile is active, or a selector is named, the name is first rewritten
-(`_forward_routed`: llama-swap's profile, then selector). A local model is admitted
-through the fleet (at once when it is ready and nothing is queued), its body rewritten by
-the entry's `filters`, and relayed to the backend; a backend that crashed under it is
-restarted and the request sent once more. A peer's model is relayed to the peer.
-`/upstream/` also answers `upstream.ignorePaths` and relays websockets, as do the GET
-model routes (`?model=`). Each request is observed from start to end (with the selector
-that routed it) and handed to `record`. Another API's route (Ollama's, `router.ollama`)
+(`_forward_routed`: llama-swap's profile, then selector). The name resolves to a local model
+or a peer's (`targets.resolve`); a route the server lacks (Anthropic's, the Responses API)
+is translated before it is sent (`translate`). Then `exchange` takes the request there and
+its answer back, stage by stage (admission, the upstream request, heartbeats, the relay,
+the observation). `/upstream/` also answers `upstream.ignorePaths` and relays websockets,
+as do the GET model routes (`?model=`). Another API's route (Ollama's, `router.ollama`)
 comes in translated, through `forward_reshaped`, and goes the same way; its `Reshape` gives
 the reply back in its shape. Every request passes here: nothing is added to this path
-without measuring it (docs/performance.md). It is one concept, the request path, in one
-module (about 590 lines): admission, recovery, heartbeats and the relay interleave in it. A
-route the server lacks (Anthropic's, the Responses API) is translated on its way (`translate`):
-decided before it is sent, or after the server's 404 on it, which sends it again.
+without measuring it (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -23,76 +19,47 @@ import asyncio
 import functools
 import logging
 import re
-import time
 from collections.abc import Callable
 
 from aiohttp import web
-from multidict import CIMultiDict
-from yarl import URL
 
-from swaplab.config.model import Config, Filters, ModelConfig
+from swaplab.config.model import Config
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, State
 from swaplab.fleet.lease import Lease
 from swaplab.metrics import Metrics
+from swaplab.router import translate
+from swaplab.router.door.guard import is_upgrade
+from swaplab.router.door.responses import error_response, llama_swap_error
 from swaplab.router.path import filters
-from swaplab.router.door.auth import CREDENTIAL_HEADERS
-from swaplab.router.watch.captures import CaptureStore
-from swaplab.router.watch.inflight import InFlight
-from swaplab.router.relay.keepalive import (
-    KeepAlive,
-    KeepAliveClock,
-    stream_dialect,
-)
-from swaplab.router.path.loading import INTERVAL_SECONDS as LOADING_INTERVAL
-from swaplab.router.path.loading import loading_event, progress_text, wants_loading_state
-from swaplab.router.watch.observe import RequestObservation
-from swaplab.config.engines import call_headers
-from swaplab.router.path.contextlimit import explain as too_long
-from swaplab.router.path.refusal import failed, refusal
+from swaplab.router.path.exchange import SELECTOR, TRACKING, Exchange, backend_credentials
 from swaplab.router.path.peers import PeerWatch, peer_credentials
 from swaplab.router.path.profiles import ProfileSwitch, upstream_pin
-from swaplab.router.relay.proxy import (
-    UpstreamError,
-    UpstreamPools,
-    forward_headers,
-    relay,
-    error_text,
-    relay_reshaped,
-)
-from swaplab.router.relay.recovery import Failure, explain_break, recover
-from swaplab.router.relay.reshape import RESHAPE, Reshape
-from swaplab.router.door.responses import error_response, llama_swap_error
+from swaplab.router.path.refusal import failed, refusal
 from swaplab.router.path.selectors import Choice, NoTarget, Selectors
-from swaplab.router import translate
-from swaplab.router.translate.book import RouteBook
 from swaplab.router.path.targets import (
-    unknown_model,
+    OFF_LOOP_BYTES,
     LocalTarget,
     PeerTarget,
     UnreadableBody,
-    OFF_LOOP_BYTES,
     model_from_body,
     reads_off_loop,
     renamed_form,
     resolve,
-    Tracking,
     split_upstream_path,
+    unknown_model,
     upstream_path,
     upstream_tracking,
 )
-from swaplab.router.door.guard import is_upgrade
+from swaplab.router.relay.proxy import UpstreamPools
+from swaplab.router.relay.reshape import RESHAPE, Reshape
 from swaplab.router.relay.websocket import relay_websocket
+from swaplab.router.translate.book import RouteBook
+from swaplab.router.watch.captures import CaptureStore
+from swaplab.router.watch.inflight import InFlight
+from swaplab.router.watch.observe import RequestObservation
 
 log = logging.getLogger("swaplab.router")
-
-# The selector a request was routed by, kept with the request for its activity record
-# (llama-swap's `metadata.selector`).
-SELECTOR = web.RequestKey("selector", str)
-# What is kept of a request (`targets.Tracking`); every model route's is kept whole, `/upstream/` has its rule.
-TRACKING = web.RequestKey("tracking", Tracking)
-KEEP_ALL = Tracking()
-
 
 
 class Forwarder:
@@ -114,16 +81,11 @@ class Forwarder:
         """The active profile (the router's; `PUT /api/profiles/active` changes it)."""
         self._selectors = Selectors(fleet.config)
         self.peers = peers
-        self.metrics = metrics
-        self._record = record
-        """Where every observed request ends up (`RequestObservation.on_end`)."""
-        self._inflight = inflight
-        self._captures = captures  # the router's: where requests are captured (None or no budget: none is)
-        self._pools = pools
         self._upstream_session = pools.session
-        self._keepalive_clock = KeepAliveClock()
         self.routes = RouteBook()
         """Which servers lack Anthropic's or the Responses API (`router.translate`)."""
+        self._exchange = Exchange(fleet, peers, pools, metrics, self.routes, record, captures, inflight)
+        """Takes each request to its server and back (`exchange`)."""
 
     @property
     def config(self) -> Config:
@@ -145,8 +107,9 @@ class Forwarder:
         name = name or request.query.get("model")
         if not name:
             return error_response(400, "the request names no model (JSON `model`, form field `model` or ?model=)")
-        path = upstream_path(request.path, request.rel_url.raw_query_string)
-        if self.profiles.active is not None or self.config.selectors:
+        # The query, where the target has one: the lane builds its URL only when asked, and most have none.
+        path = upstream_path(request.path, request.rel_url.raw_query_string if "?" in request.raw_path else "")
+        if self.profiles.active is not None or self.fleet.config.selectors:
             return await self._forward_routed(request, name, in_query, body, document, path)
         return await self._forward(request, name, path, body, document)
 
@@ -269,8 +232,8 @@ class Forwarder:
             path, document = translation.path, translation.document
             body = filters.encode(document)
         if isinstance(target, PeerTarget):
-            return await self._forward_to_peer(request, target, name, path, body, document)
-        return await self._forward_to_model(request, target.model_id, name, path, body, document)
+            return await self._exchange.to_peer(request, target, name, path, body, document)
+        return await self._exchange.to_model(request, target.model_id, name, path, body, document)
 
     def _lacks(self, target: LocalTarget | PeerTarget, api: str) -> bool:
         """Whether the target's server lacks `api`'s route (declared, known from its engine, or learned)."""
@@ -280,229 +243,12 @@ class Forwarder:
         model = self.config.models[target.model_id]
         return self.routes.lacks(("model", model.id, model.cmd), api, model.translate, model.cmd)
 
-    def _observe(self, request: web.Request, model: str, path: str, name: str, peer: str | None = None,
-                 capture: bool = True) -> RequestObservation:
-        selector = request.get(SELECTOR)
-        tracking = request.get(TRACKING, KEEP_ALL)
-        observation = RequestObservation.of(
-            request, model, path, name, peer, self._record if tracking.activity else self._forget,
-            self.fleet.config.session_id_headers, self._captures if capture and tracking.activity else None,
-            {"selector": selector} if selector is not None else None,
-        )
-        if self._inflight is not None:
-            # Removed where it is recorded (or forgotten), when it ends. Unlisted ones too are watched
-            # for `security.limits.writeTimeout`: any request to a model holds it.
-            self._inflight.add(observation, request, listed=tracking.in_flight)
-        return observation
-
-    def _forget(self, observation: RequestObservation) -> None:
-        """The end of a request that leaves no activity row: only its in-flight entry goes."""
-        if self._inflight is not None:
-            self._inflight.remove(observation)
-
-    async def _forward_to_model(
-        self, request: web.Request, model_id: str, name: str, path: str, body: bytes, document: dict | None
-    ) -> web.StreamResponse:
-        reshape = request.get(RESHAPE)
-        observation = self._observe(request, model_id, path if reshape is None else reshape.path, name)
-        model = self.fleet.config.models[model_id]
-        keepalive = self._keepalive(request, path, document, model.heartbeat_interval, reshape)
-        lease: Lease | None = None
-        try:
-            try:
-                # Every request passes here: a ready model with nothing queued admits at
-                # once, without a coroutine of its own.
-                lease = self.fleet.admit_now(model_id)
-                if lease is None:
-                    loading = keepalive is not None and wants_loading_state(model, path, document)
-                    began = time.perf_counter()
-                    lease = await self._acquire(model_id, keepalive, loading, reshape)
-                    if reshape is not None:
-                        reshape.load_seconds = time.perf_counter() - began
-            except SwaplabError as error:
-                return await failed(observation, *refusal(error), keepalive)
-            except asyncio.CancelledError:
-                observation.end(completed=False, disconnected=True)  # left while queued
-                raise
-            observation.admitted(lease.waited_for, lease.fallback, lease.run.claim_restored if lease.run.restored else None)
-            attempt = 0
-            while True:
-                attempt += 1
-                # The entry of the server that admitted it: a reload while it was queued
-                # must not mix the old entry's filters with the new entry's server.
-                model = lease.model
-                sent_path = path
-                if document is not None:
-                    try:
-                        sent = self._filtered(body, document, model.use_model_name or None, model.filters, name)
-                    except UnreadableBody as error:
-                        return await failed(
-                            observation, error.status, str(error), "invalid_request_error", None, keepalive
-                        )
-                elif model.use_model_name:  # a form or ?model=: renamed there, as llama-swap does
-                    sent = await renamed_form(request.headers.get("Content-Type", ""), body, model.use_model_name)
-                    if request.method == "GET" and request.query.get("model") == name:
-                        sent_path = str(URL(path).update_query(model=model.use_model_name))
-                else:
-                    sent = body
-                observation.sending(sent)
-                try:
-                    upstream = await self._pools.open(
-                        request.method, model.proxy.rstrip("/") + sent_path, model.timeouts,
-                        self._upstream_headers(request, backend_credentials(model, sent_path)), sent,
-                    )
-                except UpstreamError as error:
-                    if not error.unreachable:
-                        return await failed(observation, error.status, str(error), "upstream_error", None, keepalive)
-                    recovered = await recover(self.fleet, self.metrics, lease, error, first=attempt == 1)
-                    if isinstance(recovered, Failure):
-                        return await failed(
-                            observation, recovered.status, recovered.message, "upstream_error", recovered.retry_after,
-                            keepalive,
-                        )
-                    lease = recovered
-                    continue
-                if upstream.status == 404 and reshape is None:
-                    learned = await self.routes.after_404(request, upstream, ("model", model.id, model.cmd),
-                                                          model.translate, sent_path, document, name, f"model {model.id!r}")
-                    if isinstance(learned, web.Response):  # a request the translation refuses
-                        observation.fail(learned.status, error_text(learned.body))  # type: ignore[arg-type]  # json_response's: bytes
-                        observation.answered(learned, learned.body)  # type: ignore[arg-type]  # json_response's: bytes
-                        return learned
-                    if isinstance(learned, translate.Translation):  # sent again, translated: not a new attempt
-                        reshape, path, document = learned.reshape, learned.path, learned.document
-                        body = filters.encode(document)
-                        attempt -= 1
-                        continue
-                    upstream = learned
-                if reshape is None:
-                    response, lease.completed = await relay(
-                        request, upstream, observation, keepalive, explain_break=lambda: explain_break(lease),
-                        explain_error=lambda status, body: too_long(self.config.path, lease.model, status, body),
-                    )
-                else:
-                    response, lease.completed = await relay_reshaped(
-                        request, upstream, reshape, observation, keepalive, explain_break=lambda: explain_break(lease),
-                        explain_error=lambda status, body: too_long(self.config.path, lease.model, status, body),
-                    )
-                return response
-        finally:
-            if lease is not None:
-                keep_alive = reshape.keep_alive if reshape is not None else None
-                self.fleet.release(lease, succeeded=lease.completed, keep_alive=keep_alive)
-            if keepalive is not None and not keepalive.quiet():
-                await keepalive.stop()
-
-    def _keepalive(
-        self, request: web.Request, path: str, document: dict | None, interval: float, reshape: Reshape | None
-    ) -> KeepAlive | None:
-        """The heartbeat of a streaming request, armed; None for any other."""
-        if reshape is not None:
-            if not reshape.streaming:
-                return None
-            keepalive = KeepAlive(
-                request, reshape.dialect, interval, self._keepalive_clock, reshape.heartbeat,
-                {"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"},
-            )
-        else:
-            dialect = stream_dialect(path, document)
-            if dialect is None:
-                return None
-            keepalive = KeepAlive(request, dialect, interval, self._keepalive_clock)
-        keepalive.arm()
-        return keepalive
-
-    async def _acquire(
-        self, model_id: str, keepalive: KeepAlive | None, loading: bool, reshape: Reshape | None = None
-    ) -> Lease:
-        """Admission through the fleet; with `sendLoadingState`, loading progress streams meanwhile."""
-        if not loading or self.fleet.state_of(model_id) is State.READY:
-            return await self.fleet.acquire(model_id)
-        assert keepalive is not None
-        began = time.monotonic()
-
-        def progress() -> bytes:
-            entry = next((e for e in self.fleet.status() if e["model"] == model_id), {})
-            text = progress_text(model_id, entry.get("state", "starting"), time.monotonic() - began, entry.get("waiting"),
-                                 entry.get("phase", ""), entry.get("progress"))
-            return loading_event(model_id, text) if reshape is None else reshape.loading(text)
-
-        keepalive.show_progress(progress, LOADING_INTERVAL)
-        try:
-            return await self.fleet.acquire(model_id)
-        finally:
-            keepalive.show_heartbeats()
-
-    async def _forward_to_peer(
-        self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None
-    ) -> web.StreamResponse:
-        peer = target.peer
-        reshape = request.get(RESHAPE)
-        observation = self._observe(request, target.model, path if reshape is None else reshape.path, name, peer.id)
-        health = self.peers.health(peer.id, target.model)
-        if not health.available:
-            return await failed(
-                observation, 503, f"peer model {peer.id}/{target.model} is unavailable: {health.reason}",
-                "model_unavailable",
-            )
-        if document is not None:
-            try:
-                body = self._filtered(body, document, target.model, peer.filters, name)
-            except UnreadableBody as error:
-                return await failed(observation, error.status, str(error), "invalid_request_error")
-        observation.sending(body)
-        keepalive = self._keepalive(request, path, document, self.config.heartbeat_interval, reshape)
-
-        async def explain() -> str:
-            return f"peer {peer.id!r} broke off mid-response"
-
-        try:
-            while True:  # twice at most: a 404 on a route the peer lacks is sent again, translated
-                try:
-                    upstream = await self._pools.open(
-                        request.method, peer.proxy.rstrip("/") + path, peer.timeouts,
-                        self._upstream_headers(request, peer_credentials(peer)), body,
-                    )
-                except UpstreamError as error:
-                    return await failed(
-                        observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None, keepalive
-                    )
-                if upstream.status != 404 or reshape is not None:
-                    break
-                learned = await self.routes.after_404(request, upstream, ("peer", peer.id, peer.proxy), peer.translate,
-                                                      path, document, name, f"peer {peer.id!r}")
-                if isinstance(learned, web.Response):
-                    observation.fail(learned.status, error_text(learned.body))  # type: ignore[arg-type]  # json_response's: bytes
-                    observation.answered(learned, learned.body)  # type: ignore[arg-type]
-                    return learned
-                if not isinstance(learned, translate.Translation):
-                    upstream = learned
-                    break
-                reshape, path, document = learned.reshape, learned.path, learned.document
-                body = self._filtered(filters.encode(document), document, target.model, peer.filters, name)
-                observation.sending(body)
-            if reshape is None:
-                response, _ = await relay(request, upstream, observation, keepalive, explain_break=explain)
-            else:
-                response, _ = await relay_reshaped(request, upstream, reshape, observation, keepalive, explain)
-            return response
-        finally:
-            if keepalive is not None and not keepalive.quiet():
-                await keepalive.stop()
-
-    @staticmethod
-    def _filtered(body: bytes, document: dict, upstream_model: str | None, rules: Filters, requested: str) -> bytes:
-        """The model's upstream name and `filters` (`setParamsByID` by the `requested` name) applied;
-        the original bytes when nothing changes."""
-        rewritten = filters.rewrite(document, upstream_model, rules, requested)
-        return body if rewritten is None else filters.encode(rewritten)
-
     async def _websocket_to_model(
         self, request: web.Request, model_id: str, name: str, path: str
     ) -> web.StreamResponse:
         """A websocket to a local model: admitted like any request and held for the socket's life,
         unless the model has `compat.ignoreWebsockets` (then only while it is ready, and unadmitted)."""
-        observation = self._observe(request, model_id, path, name, capture=False)  # no capture of frames
+        observation = self._exchange.observe(request, model_id, path, name, capture=False)  # no capture of frames
         model = self.config.models[model_id]
         lease: Lease | None = None
         if model.ignore_websockets:
@@ -524,7 +270,7 @@ class Forwarder:
         try:
             response, completed = await relay_websocket(
                 request, self._upstream_session(model.proxy, model.timeouts), model.proxy.rstrip("/") + path,
-                self._upstream_headers(request, backend_credentials(model, path)), observation,
+                self._exchange.upstream_headers(request, backend_credentials(model, path)), observation,
                 self.config.security.limits.max_websocket_message_bytes,
             )
             if lease is not None:
@@ -538,30 +284,13 @@ class Forwarder:
         self, request: web.Request, target: PeerTarget, name: str, path: str
     ) -> web.StreamResponse:
         peer = target.peer
-        observation = self._observe(request, target.model, path, name, peer.id, capture=False)
+        observation = self._exchange.observe(request, target.model, path, name, peer.id, capture=False)
         response, _ = await relay_websocket(
             request, self._upstream_session(peer.proxy, peer.timeouts), peer.proxy.rstrip("/") + path,
-            self._upstream_headers(request, peer_credentials(peer)), observation,
+            self._exchange.upstream_headers(request, peer_credentials(peer)), observation,
             self.config.security.limits.max_websocket_message_bytes,
         )
         return response
-
-    def _upstream_headers(self, request: web.Request, credentials: dict[str, str] | None) -> CIMultiDict[str]:
-        """The headers sent upstream: the client's, less hop-by-hop ones, plus a peer's or a backend's
-        own `credentials` (which replace the client's)."""
-        headers = forward_headers(request.headers)
-        if self.config.api_keys or credentials:
-            for name in CREDENTIAL_HEADERS:  # the router's key is the router's, not the upstream's
-                headers.pop(name, None)
-        if credentials:
-            headers.update(credentials)
-        return headers
-
-
-def backend_credentials(model: ModelConfig, path: str) -> dict[str, str] | None:
-    """A local server started with its own key (the entry's `apiKey`, or its `--api-key`) is sent that
-    key, as a peer is sent its `apiKey`: a client of the router needs none of the backend's."""
-    return call_headers(model, path) or None
 
 
 def _with_query(path: str, request: web.Request) -> str:

@@ -15,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from swaplab.router.door.dialect import Dialect, route_dialect
 from swaplab.router.door.reply import stream_response
+
+if TYPE_CHECKING:
+    from swaplab.router.relay.reshape import Reshape
 
 EVENT_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -31,11 +35,27 @@ HEARTBEATS = {
 }
 
 
-def stream_dialect(path: str, document: dict | None) -> Dialect | None:
-    """The dialect of a request that asked for an event stream; None for everything else."""
-    if document is None or document.get("stream") is not True:
+def heartbeats(
+    request: web.Request, path: str, document: dict | None, interval: float, clock: KeepAliveClock,
+    reshape: Reshape | None = None,
+) -> KeepAlive | None:
+    """The heartbeats of a request that asked for a stream, armed: the first is due `interval` seconds
+    from now (none when it is 0); None for any other request. A `reshape`'s stream has its own framing."""
+    if reshape is not None:
+        if not reshape.streaming:
+            return None
+        keepalive = KeepAlive(
+            request, reshape.dialect, interval, clock, reshape.heartbeat,
+            {"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"},
+        )
+    elif document is None or document.get("stream") is not True:
         return None
-    return route_dialect(path)
+    else:
+        keepalive = KeepAlive(request, route_dialect(path), interval, clock)
+    if interval > 0:  # armed here, not by a method: every streaming request passes here
+        keepalive.due = asyncio.get_running_loop().time() + interval
+        clock.add(keepalive, keepalive.due)
+    return keepalive
 
 
 def error_event(message: str, dialect: Dialect = Dialect.OPENAI, status: int = 502) -> bytes:
@@ -100,7 +120,7 @@ class KeepAliveClock:
 class KeepAlive:
     """Keeps one streaming client's connection visibly alive until the upstream's first byte.
 
-    `arm()` starts the clock; after `interval` seconds without `stop()`, the response is
+    `heartbeats()` makes one, armed; after `interval` seconds without `stop()`, the response is
     committed and a heartbeat goes out every `interval`. `show_progress(producer, every)`
     commits at once and writes `producer()`'s bytes every `every` seconds instead
     (`sendLoadingState`), until `show_heartbeats()` goes back to plain heartbeats. Writes
@@ -125,7 +145,7 @@ class KeepAlive:
         self.response: web.StreamResponse | None = None
         """The response once committed (by a heartbeat, or adopted from the relay)."""
         self.due = 0.0
-        """When the first heartbeat is due (the loop's clock); 0 until armed."""
+        """When the first heartbeat is due (the loop's clock); 0 when never (an `interval` of 0)."""
         self.beats = 0
         self._request = request
         self._clock = clock
@@ -136,12 +156,6 @@ class KeepAlive:
         self._writing = False
         self._stopped = False
         self._held = False
-
-    def arm(self) -> None:
-        """Start the clock: the first heartbeat is due `interval` seconds from now."""
-        if self._interval > 0 and not self.due:
-            self.due = asyncio.get_running_loop().time() + self._interval
-            self._clock.add(self, self.due)
 
     def hold(self) -> None:
         """Nothing may be committed for now (the relay is about to commit the upstream's own headers)."""

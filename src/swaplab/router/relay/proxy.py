@@ -1,4 +1,10 @@
-"""Relaying one request to an upstream server, byte for byte, with backpressure.
+"""The relay: one request to an upstream server and its answer back to the client, byte for byte, with backpressure.
+
+The request goes on aiohttp's client or the router's own (`wire`), pooled per upstream
+(`UpstreamPools`); its answer's head becomes the client's (`reply_head`) and its body is
+copied as it arrives (`copy`, `copy_reshaped`). The relay knows nothing of heartbeats or of
+the observation: `path.exchange` calls them around it, and gives it the observation's
+`on_chunk` to call per chunk.
 
 The router's handler task is cancelled the moment its client disconnects (aiohttp's
 handler cancellation), and cancellation closes the upstream connection here, so the
@@ -12,7 +18,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -20,9 +26,6 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from swaplab.config.model import Timeouts
-from swaplab.router.door.dialect import dialect_of
-from swaplab.router.relay.keepalive import KeepAlive, error_event
-from swaplab.router.watch.observe import RequestObservation
 from swaplab.router.door.reply import send_whole, stream_response
 from swaplab.router.relay.reshape import Reshape
 from swaplab.router.relay.wire import WireError, WirePool, WireResponse, open_wire, set_keepalive
@@ -218,141 +221,86 @@ async def open_upstream(
     raise AssertionError("unreachable")
 
 
-async def relay(
-    request: web.Request,
-    upstream: aiohttp.ClientResponse,
-    observation: RequestObservation | None = None,
-    keepalive: KeepAlive | None = None,
-    explain_break: Callable[[], Awaitable[str]] | None = None,
-    explain_error: ExplainError | None = None,
-) -> tuple[web.StreamResponse, bool]:
-    """Copy the upstream's response to the client as it arrives; close the upstream on any exit.
+def reply_head(
+    request: web.Request, upstream: aiohttp.ClientResponse | WireResponse, whole: bytes | None = None
+) -> web.StreamResponse:
+    """The client's response with the upstream's status and headers (less `HOP_BY_HOP`), not yet prepared;
+    `whole` is the body when the router already read it (an error answer `read_error` rephrased).
 
-    Returns the client's response and whether the upstream's response arrived in full.
-    `observation`, when given, sees the status and every chunk (and any error event the
-    router adds), and is finished on every way out (a client that went away included). `keepalive` is the client's heartbeat:
-    if it already committed an event stream, the upstream's events continue it (and an
-    upstream that answers anything but an event stream ends it with an error event);
-    otherwise it may still beat into the upstream's own event stream until the first
-    chunk. `explain_break` says, in the router's words, why an upstream broke off;
-    `explain_error` may add what to change to a small error answer (`contextlimit`), which
-    is then read whole: a success never meets it.
+    Its head goes out with the body's first bytes (or a heartbeat, or the end), in one write, as
+    Go's ReverseProxy (llama-swap) sends it: aiohttp's StreamResponse would send it alone at
+    once, a system call more per request.
     """
-    content_type = upstream.content_type
-    is_event_stream = content_type == "text/event-stream"
-    dialect = keepalive.dialect if keepalive is not None else dialect_of(request.path)
-    if observation is not None:
-        observation.on_headers(upstream.status, content_type)
-    completed = False
-    disconnected = False
-    failure = None
-    response: web.StreamResponse | None = keepalive.response if keepalive is not None else None
-    try:
-        if response is not None and (upstream.status != 200 or not is_event_stream):
-            await keepalive.stop()  # type: ignore[union-attr]
-            answer = await upstream.content.read(4096)
-            if observation is not None:
-                observation.on_chunk(answer)
-            if explain_error is not None:
-                answer = explain_error(upstream.status, answer) or answer
-            failure = f"the backend answered HTTP {upstream.status}: {error_text(answer)}"
-            event = error_event(failure, dialect, upstream.status)
-            if observation is not None:
-                observation.wrote(event)
-            await response.write(event)
-            await response.write_eof()
-            return response, False
-        whole = None
-        if explain_error is not None and response is None and upstream.status >= 400:
-            whole = await _read_error(upstream, explain_error)
-        if response is None:
-            response = stream_response(request, status=upstream.status, reason=upstream.reason)
-            for key, value in upstream.headers.items():
-                if key.lower() not in HOP_BY_HOP:
-                    response.headers.add(key, value)
-            response.headers["X-Accel-Buffering"] = "no"
-            if upstream.content_length is not None:
-                response.content_length = upstream.content_length if whole is None else len(whole)
-            if keepalive is not None:
-                keepalive.hold()
-            # The headers go out with the body's first bytes (or a heartbeat, or the end), in one
-            # write, as Go's ReverseProxy (llama-swap) sends them: aiohttp's StreamResponse would
-            # send them alone at once, a system call more per request.
-            response._send_headers_immediately = False
-            await response.prepare(request)
-            if observation is not None:
-                observation.response = response  # the in-flight view shows its headers
-                observation.upstream = upstream  # what a cancel closes
-            if keepalive is not None:
-                if upstream.status == 200 and is_event_stream:
-                    keepalive.adopt(response)
-                elif not keepalive.quiet():
-                    await keepalive.stop()
-        content = upstream.content
-        try:
-            chunk = await content.readany() if whole is None else whole
-            if keepalive is not None and not keepalive.quiet():
-                await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
-            last = b""
-            if chunk and isinstance(upstream, WireResponse) and request.transport is not None and (
-                response.headers.get("Transfer-Encoding") == "chunked"
-            ):
-                if observation is not None:
-                    observation.on_chunk(chunk)
-                if upstream.complete and not upstream.buffered:  # all of it is here: headers, body and end in one write
-                    last = chunk
-                else:
-                    await response.write(chunk)  # with the headers, in one write
-                    # The rest goes from the upstream's socket to the client's in the read callback.
-                    last = await upstream.splice(
-                        request.transport, request.writer.drain,
-                        observation.on_chunk if observation is not None else None,
-                    )
-                chunk = b""
-            while chunk:
-                if observation is not None:
-                    observation.on_chunk(chunk)
-                await response.write(chunk)  # awaits the client's socket: backpressure
-                chunk = await content.readany()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
-            # The backend broke off mid-response. A stream gets a final error event rather
-            # than a silent hang or a truncated body that looks complete.
-            if observation is None or not observation.cancelled:
-                log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
-            if keepalive is not None:
-                await keepalive.stop()
-            if observation is not None and observation.cancelled:
-                failure = observation.cancelled
-            elif explain_break is not None:
-                failure = await explain_break()
-            else:
-                failure = "the upstream broke off mid-response"
-            if not is_event_stream:
-                if request.transport is not None:
-                    request.transport.close()  # a truncated body must not look complete
-                return response, False
-            event = error_event(failure, dialect)
-            if observation is not None:
-                observation.wrote(event)
-            await response.write(event)
-            await response.write_eof()
-            return response, False
-        await response.write_eof(last)
-        completed = True
-        return response, True
-    except (asyncio.CancelledError, ConnectionResetError):
-        # aiohttp cancels the handler when its client disconnects; a write to a
-        # closed client raises ConnectionResetError.
-        disconnected = True
-        raise
-    finally:
-        if completed:
-            upstream.release()
+    response = stream_response(request, status=upstream.status, reason=upstream.reason)
+    headers = response.headers
+    for key, value in upstream.headers.items():
+        if key.lower() not in HOP_BY_HOP:
+            headers.add(key, value)
+    headers["X-Accel-Buffering"] = "no"
+    if upstream.content_length is not None:
+        response.content_length = upstream.content_length if whole is None else len(whole)
+    response._send_headers_immediately = False
+    return response
+
+
+async def copy(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse | WireResponse,
+    response: web.StreamResponse,
+    chunk: bytes,
+    on_chunk: Callable[[bytes], None],
+) -> None:
+    """The upstream's body, from `chunk` (its first bytes) on, to the client's prepared `response` as it
+    arrives, then its end; `on_chunk` sees each chunk. Raises aiohttp's payload or connection error
+    where the upstream breaks off.
+
+    Each write awaits the client's socket (backpressure). A chunked body from the router's own
+    client (`wire`) goes from the upstream's socket to the client's in the read callback, after
+    its first chunk, which goes with the head in one write.
+    """
+    last = b""
+    if chunk and isinstance(upstream, WireResponse) and request.transport is not None and (
+        response.headers.get("Transfer-Encoding") == "chunked"
+    ):
+        on_chunk(chunk)
+        if upstream.complete and not upstream.buffered:  # all of it is here: head, body and end in one write
+            last = chunk
         else:
-            upstream.close()  # drop the connection: the upstream sees its client go away
-        if observation is not None:
-            observation.response = response  # what the client got, for a capture
-            observation.end(completed=completed, disconnected=disconnected, error=failure)
+            await response.write(chunk)
+            last = await upstream.splice(request.transport, request.writer.drain, on_chunk)
+        chunk = b""
+    content = upstream.content
+    while chunk:
+        on_chunk(chunk)
+        await response.write(chunk)
+        chunk = await content.readany()
+    await response.write_eof(last)
+
+
+async def copy_reshaped(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse | WireResponse,
+    response: web.StreamResponse | None,
+    reshape: Reshape,
+    chunk: bytes,
+    on_chunk: Callable[[bytes], None],
+) -> web.StreamResponse:
+    """`copy`, with each chunk fed to `reshape` and what it gives written to the streamed `response`;
+    without one (a reply answered whole), the whole reply at the end. Returns the client's response."""
+    content = upstream.content
+    while chunk:
+        on_chunk(chunk)
+        out = reshape.feed(chunk)
+        if out and response is not None:
+            await response.write(out)  # awaits the client's socket: backpressure
+        chunk = await content.readany()
+    tail = reshape.finish()
+    if response is None:
+        return await send_whole(request, reshape.status, tail, reshape.content_type)
+    if tail:
+        await response.write(tail)
+    await response.write_eof()
+    return response
 
 
 # An upstream's error answer is read this far for its message.
@@ -362,7 +310,7 @@ ExplainError = Callable[[int, bytes], bytes | None]
 """Given an upstream's error status and body, the body with what to change added, or None to keep it."""
 
 
-async def _read_error(upstream: aiohttp.ClientResponse | WireResponse, explain_error: ExplainError) -> bytes | None:
+async def read_error(upstream: aiohttp.ClientResponse | WireResponse, explain_error: ExplainError) -> bytes | None:
     """A small error answer of known length, read whole and given as `explain_error` rephrases it (else as
     it came); None when it is large, unsized or encoded (relayed as it comes), or broke off (the relay
     then meets the break as any other)."""
@@ -374,115 +322,6 @@ async def _read_error(upstream: aiohttp.ClientResponse | WireResponse, explain_e
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
         return None
     return explain_error(upstream.status, body) or body
-
-
-async def relay_reshaped(
-    request: web.Request,
-    upstream: aiohttp.ClientResponse,
-    reshape: Reshape,
-    observation: RequestObservation | None = None,
-    keepalive: KeepAlive | None = None,
-    explain_break: Callable[[], Awaitable[str]] | None = None,
-    explain_error: ExplainError | None = None,
-) -> tuple[web.StreamResponse, bool]:
-    """`relay`, with the client's reply in another API's shape (`reshape`), e.g. Ollama's over OpenAI's.
-
-    The observation sees the upstream's own bytes. A streamed reply is committed once the
-    upstream's answer is known to be one to reshape (or by a heartbeat before that); a
-    non-streamed one is answered whole at the end, so an upstream that breaks off, or answers
-    an error, still gets its status to the client.
-    """
-    content_type = upstream.content_type
-    if observation is not None:
-        observation.on_headers(upstream.status, content_type)
-        observation.upstream_route(upstream.url.path)
-    completed = disconnected = False
-    failure = None
-    response: web.StreamResponse | None = keepalive.response if keepalive is not None else None
-    try:
-        if not reshape.accepts(upstream.status, content_type):
-            if keepalive is not None and not keepalive.quiet():
-                await keepalive.stop()
-            response = keepalive.response if keepalive is not None else None
-            answer = await upstream.content.read(ERROR_BODY_BYTES)
-            if observation is not None:
-                observation.on_chunk(answer)
-            if explain_error is not None and upstream.status >= 400:
-                answer = explain_error(upstream.status, answer) or answer
-            failure = f"the backend answered HTTP {upstream.status}: {error_text(answer)}"
-            if response is None:
-                status = upstream.status if upstream.status >= 400 else 502
-                whole = reshape.error_response(status, error_text(answer) if upstream.status >= 400 else failure)
-                return await send_whole(request, whole.status, whole.body, whole.content_type), False  # type: ignore[arg-type]
-            event = reshape.error(failure)
-            if observation is not None:
-                observation.wrote(event)
-            await response.write(event)
-            await response.write_eof()
-            return response, False
-        if observation is not None:
-            observation.upstream = upstream  # what a cancel closes
-        content = upstream.content
-        try:
-            chunk = await content.readany()
-            if keepalive is not None and not keepalive.quiet():
-                await keepalive.stop()  # the first byte is here: no heartbeat may come between chunks
-            response = keepalive.response if keepalive is not None else None
-            if response is None and reshape.streaming:
-                response = stream_response(
-                    request, headers={"Content-Type": reshape.content_type, "X-Accel-Buffering": "no"}
-                )
-                await response.prepare(request)
-            if observation is not None:
-                observation.response = response
-            while chunk:
-                if observation is not None:
-                    observation.on_chunk(chunk)
-                out = reshape.feed(chunk)
-                if out and response is not None:
-                    await response.write(out)  # awaits the client's socket: backpressure
-                chunk = await content.readany()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
-            if observation is None or not observation.cancelled:
-                log.warning("upstream %s broke off mid-response: %s", upstream.url, error)
-            if keepalive is not None:
-                await keepalive.stop()
-                response = response or keepalive.response
-            if observation is not None and observation.cancelled:
-                failure = observation.cancelled
-            elif explain_break is not None:
-                failure = await explain_break()
-            else:
-                failure = "the upstream broke off mid-response"
-            if response is None:
-                whole = reshape.error_response(502, failure)
-                return await send_whole(request, whole.status, whole.body, whole.content_type), False  # type: ignore[arg-type]
-            event = reshape.error(failure)
-            if observation is not None:
-                observation.wrote(event)
-            await response.write(event)
-            await response.write_eof()
-            return response, False
-        tail = reshape.finish()
-        if response is None:
-            response = await send_whole(request, reshape.status, tail, reshape.content_type)
-        else:
-            if tail:
-                await response.write(tail)
-            await response.write_eof()
-        completed = True
-        return response, True
-    except (asyncio.CancelledError, ConnectionResetError):
-        disconnected = True
-        raise
-    finally:
-        if completed:
-            upstream.release()
-        else:
-            upstream.close()
-        if observation is not None:
-            observation.response = response
-            observation.end(completed=completed, disconnected=disconnected, error=failure)
 
 
 def error_text(body: bytes) -> str:

@@ -1,8 +1,8 @@
 """A reply in another API's shape than the upstream's: what the relay needs of a translation.
 
 Ollama's routes (`router.ollama`) send the backend an OpenAI request and give their
-client Ollama's reply. The forwarder finds the request's `Reshape` under `RESHAPE` and
-hands it to `proxy.relay_reshaped`, which feeds it the upstream's bytes and writes what it
+client Ollama's reply. The exchange (`path.exchange`) finds the request's `Reshape` under `RESHAPE` and
+hands it to `answer.answer_reshaped`, which feeds it the upstream's bytes and writes what it
 returns. The observation still sees the upstream's own bytes, so the activity row, the
 token counts and the capture read the OpenAI response as they would on OpenAI's routes.
 """
@@ -13,7 +13,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from swaplab.router.relay.keepalive import Dialect
+from swaplab.router.door.dialect import Dialect
 
 
 class Reshape(Protocol):

@@ -15,7 +15,7 @@ pauses reading from the upstream until it drains.
 What takes this path: POST to an `http://` upstream without credentials in its URL
 (`UpstreamPools.open`); everything else (https, GET, websockets, peer probes) keeps
 aiohttp's client. Errors come out as the same `UpstreamError` and aiohttp exception
-types that `proxy.open_upstream` and `proxy.relay` handle, so the relay's recovery,
+types that `proxy.open_upstream` and `answer` handle, so the relay's recovery,
 cancel and error events are the same code.
 """
 
@@ -311,7 +311,7 @@ class Connection(asyncio.Protocol):
 
 
 class WireResponse:
-    """The answer to one request on a `Connection`: what `proxy.relay` reads of an aiohttp `ClientResponse`, and `splice`.
+    """The answer to one request on a `Connection`: what the relay reads of an aiohttp `ClientResponse`, and `splice`.
 
     `status`, `reason`, `headers`, `content_type`, `content_length`, `url`, `content`
     (`readany`, `read`), `release()`, `close()`, `closed`.

@@ -186,6 +186,12 @@ class CaptureStore:
     def enabled(self) -> bool:
         return self.budget > 0
 
+    def open(self, method: str, path: str, headers: Mapping[str, str]) -> PendingCapture | None:
+        """The capture of a request starting now; None while there is no budget (captures off)."""
+        if self.budget <= 0:
+            return None
+        return PendingCapture(self.new_id(), method, path, headers, self.budget, self)
+
     def new_id(self) -> int:
         """An id for the next request's capture (and its activity row)."""
         if self._counter >> COUNTER_BITS:

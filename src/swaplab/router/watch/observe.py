@@ -154,11 +154,7 @@ class RequestObservation:
         metadata: dict[str, str] | None = None,
     ) -> RequestObservation:
         """The observation of a request the router forwards, captured while `captures` has a budget."""
-        pending = None
-        if captures is not None and captures.enabled:
-            pending = PendingCapture(
-                captures.new_id(), request.method, request.path, request.headers, captures.budget, captures
-            )
+        pending = captures.open(request.method, request.path, request.headers) if captures is not None else None
         return cls(
             model, path, peer, requested_model=requested_model, on_end=on_end, request_headers=request.headers,
             session_headers=session_headers, capture=pending, metadata=metadata,
