@@ -281,6 +281,100 @@ async def test_an_upstream_error_after_heartbeats_arrives_as_an_error_event(rout
     await claude.close()
 
 
+# A server that is up (its /health answers) but never answers a chat: its response headers never come.
+SILENT_SERVER = """
+import asyncio, sys
+from aiohttp import web
+
+async def health(request):
+    return web.json_response({"status": "ok"})
+
+async def never(request):
+    await asyncio.Event().wait()
+
+app = web.Application()
+app.router.add_get("/health", health)
+app.router.add_post("/v1/chat/completions", never)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+@pytest.mark.parametrize("lane", ["on", "off"])
+async def test_no_response_header_after_heartbeats_ends_the_stream_with_an_error_event(router_factory, tmp_path, lane):
+    # The router's own answer (here `timeouts.responseHeader`'s 504) inside the stream its heartbeats
+    # committed: on the lane and on aiohttp's server alike.
+    script = tmp_path / "silent.py"
+    script.write_text(SILENT_SERVER)
+    router = router_factory(f"""
+heartbeatInterval: 0.1
+models:
+  silent:
+    cmd: {PYTHON} {script} ${{PORT}}
+    timeouts: {{responseHeader: 3}}
+""", env={"SWAPLAB_LANE": lane})
+    body = {"model": "silent", "stream": True, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        status, content_type, raw = await raw_stream(session, router.url, "/v1/chat/completions", body)
+    assert status == 200 and content_type.startswith("text/event-stream") and raw.startswith(": keep-alive")
+    error = json.loads(raw.strip().split("\n\n")[-1].removeprefix("data: "))["error"]
+    assert "sent no response header within 3 s" in error["message"] and error["code"] == 504
+    async with aiohttp.ClientSession() as session:
+        assert (await running(session, router.url))["silent"]["state"] == "ready"
+    assert "Traceback" not in router.output() and "Error handling request" not in router.output()
+
+
+# Crashes under its first chat (the connection resets before any answer); once restarted, takes the
+# request sent again and never answers it, noting that it arrived.
+CRASH_THEN_SILENT = """
+import asyncio, os, sys
+from pathlib import Path
+from aiohttp import web
+
+crashed, arrived = Path(sys.argv[2]), Path(sys.argv[3])
+
+async def health(request):
+    return web.json_response({"status": "ok"})
+
+async def chat(request):
+    if not crashed.exists():
+        crashed.write_text("once")
+        os._exit(3)
+    arrived.write_text("again")
+    await asyncio.Event().wait()
+
+app = web.Application()
+app.router.add_get("/health", health)
+app.router.add_post("/v1/chat/completions", chat)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+async def test_a_client_leaving_the_request_sent_again_after_a_restart_gives_back_its_slot(router_factory, tmp_path):
+    # The restart trades the request's admission for one on the new server; a client that leaves
+    # while the request is on its second way must give that one back, or the model never idles.
+    script, crashed, arrived = tmp_path / "crash.py", tmp_path / "crashed", tmp_path / "arrived"
+    script.write_text(CRASH_THEN_SILENT)
+    router = router_factory(f"""
+models:
+  fragile:
+    cmd: {PYTHON} {script} ${{PORT}} {crashed} {arrived}
+""")
+    body = {"model": "fragile", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        request = asyncio.ensure_future(session.post(f"{router.url}/v1/chat/completions", json=body))
+        await eventually(arrived.exists, 60, "the request sent again to the restarted server")
+        assert (await running(session, router.url))["fragile"]["in_flight"] == 1
+        request.cancel()  # the client leaves
+        with pytest.raises(asyncio.CancelledError):
+            await request
+
+        async def given_back() -> bool:
+            return (await running(session, router.url))["fragile"]["in_flight"] == 0
+
+        await eventually(given_back, 10, "the restarted server's slot given back")
+    assert "Traceback" not in router.output()
+
+
 async def test_a_client_leaving_during_heartbeats_cancels_the_upstream_at_once(router_factory):
     router = router_factory(heartbeat_config().replace("--ttft-ms 2000", "--ttft-ms 30000"))
     body = {"model": "slow-first-token", "stream": True, "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}

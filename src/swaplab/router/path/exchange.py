@@ -62,8 +62,17 @@ SELECTOR = web.RequestKey("selector", str)
 # What is kept of a request (`targets.Tracking`); every model route's is kept whole, `/upstream/` has its rule.
 TRACKING = web.RequestKey("tracking", Tracking)
 KEEP_ALL = Tracking()
-# A router's answer in place of an upstream's: the request ends there.
-Answered = web.StreamResponse
+
+
+class Answered(Exception):
+    """The router answered the request itself on its way (a failure, a refusal): `response` ends it.
+
+    Raised, not returned: the way a request usually takes returns the upstream's answer alone,
+    and a stage's refusal cannot be mistaken for it (the lane's responses are not aiohttp's)."""
+
+    def __init__(self, response: web.StreamResponse):
+        super().__init__()
+        self.response = response
 
 
 class Exchange:
@@ -114,11 +123,11 @@ class Exchange:
                 observation.end(completed=False, disconnected=True)  # left while queued
                 raise
             observation.admitted(lease.waited_for, lease.fallback, lease.run.claim_restored if lease.run.restored else None)
-            sent, lease, reshape = await self._send(request, lease, name, path, body, document, reshape, observation,
-                                                    keepalive)  # 4
-            if isinstance(sent, Answered):
-                return sent
-            upstream = sent
+            try:  # 4
+                upstream, lease, reshape = await self._send(request, lease, name, path, body, document, reshape,
+                                                            observation, keepalive)
+            except Answered as answered:
+                return answered.response
             used = lease
 
             async def broke_off() -> str:
@@ -172,9 +181,10 @@ class Exchange:
     async def _send(
         self, request: web.Request, lease: Lease, name: str, path: str, body: bytes, document: dict | None,
         reshape: Reshape | None, observation: RequestObservation, keepalive: KeepAlive | None,
-    ) -> tuple[aiohttp.ClientResponse | Answered, Lease, Reshape | None]:
-        """The upstream request, once its headers are in, or the router's own answer; with the lease it
-        went on (a restart trades it for a new one) and the reshape of its answer (a translation adds one)."""
+    ) -> tuple[aiohttp.ClientResponse, Lease, Reshape | None]:
+        """The upstream request, once its headers are in, with the lease it went on (a restart trades it
+        for a new one) and the reshape of its answer (a translation adds one); `Answered` where the
+        router answers it itself."""
         admitted = lease
         attempt = 0
         try:
@@ -188,8 +198,8 @@ class Exchange:
                     try:
                         sent = _filtered(body, document, model.use_model_name or None, model.filters, name)
                     except UnreadableBody as error:
-                        return await failed(observation, error.status, str(error), "invalid_request_error", None,
-                                            keepalive), lease, reshape
+                        raise Answered(await failed(observation, error.status, str(error), "invalid_request_error",
+                                                    None, keepalive))
                 elif model.use_model_name:  # a form or ?model=: renamed there, as llama-swap does
                     sent = await renamed_form(request.headers.get("Content-Type", ""), body, model.use_model_name)
                     if request.method == "GET" and request.query.get("model") == name:
@@ -204,12 +214,12 @@ class Exchange:
                     )
                 except UpstreamError as error:
                     if not error.unreachable:
-                        return await failed(observation, error.status, str(error), "upstream_error", None,
-                                            keepalive), lease, reshape
+                        raise Answered(await failed(observation, error.status, str(error), "upstream_error", None,
+                                                    keepalive))
                     recovered = await recover(self.fleet, self.metrics, lease, error, first=attempt == 1)
                     if isinstance(recovered, Failure):
-                        return await failed(observation, recovered.status, recovered.message, "upstream_error",
-                                            recovered.retry_after, keepalive), lease, reshape
+                        raise Answered(await failed(observation, recovered.status, recovered.message,
+                                                    "upstream_error", recovered.retry_after, keepalive))
                     lease = recovered
                     continue
                 if upstream.status != 404 or reshape is not None:
@@ -217,7 +227,7 @@ class Exchange:
                 learned = await self.routes.after_404(request, upstream, ("model", model.id, model.cmd),
                                                       model.translate, sent_path, document, name, f"model {model.id!r}")
                 if isinstance(learned, web.Response):  # a request the translation refuses
-                    return _refused(observation, learned), lease, reshape
+                    raise Answered(_refused(observation, learned))
                 if not isinstance(learned, translate.Translation):
                     return learned, lease, reshape
                 # Sent again, translated: not a new attempt.
@@ -251,10 +261,11 @@ class Exchange:
         observation.sending(body)
         keepalive = heartbeats(request, path, document, self.config.heartbeat_interval, self._clock, reshape)
         try:
-            sent = await self._send_to_peer(request, target, name, path, body, document, reshape, observation, keepalive)
-            if isinstance(sent, Answered):
-                return sent
-            upstream, reshape = sent
+            try:
+                upstream, reshape = await self._send_to_peer(request, target, name, path, body, document, reshape,
+                                                             observation, keepalive)
+            except Answered as answered:
+                return answered.response
 
             async def broke_off() -> str:
                 return f"peer {peer.id!r} broke off mid-response"
@@ -271,8 +282,9 @@ class Exchange:
     async def _send_to_peer(
         self, request: web.Request, target: PeerTarget, name: str, path: str, body: bytes, document: dict | None,
         reshape: Reshape | None, observation: RequestObservation, keepalive: KeepAlive | None,
-    ) -> tuple[aiohttp.ClientResponse, Reshape | None] | Answered:
-        """The request to the peer, once its headers are in; a 404 on a route the peer lacks is sent again, translated."""
+    ) -> tuple[aiohttp.ClientResponse, Reshape | None]:
+        """The request to the peer, once its headers are in; a 404 on a route the peer lacks is sent again,
+        translated; `Answered` where the router answers it itself."""
         peer = target.peer
         while True:  # twice at most
             try:
@@ -281,14 +293,14 @@ class Exchange:
                     self.upstream_headers(request, peer_credentials(peer)), body,
                 )
             except UpstreamError as error:
-                return await failed(observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error", None,
-                                    keepalive)
+                raise Answered(await failed(observation, error.status, f"peer {peer.id!r}: {error}", "upstream_error",
+                                            None, keepalive))
             if upstream.status != 404 or reshape is not None:
                 return upstream, reshape
             learned = await self.routes.after_404(request, upstream, ("peer", peer.id, peer.proxy), peer.translate,
                                                   path, document, name, f"peer {peer.id!r}")
             if isinstance(learned, web.Response):
-                return _refused(observation, learned)
+                raise Answered(_refused(observation, learned))
             if not isinstance(learned, translate.Translation):
                 return learned, reshape
             reshape, path, document = learned.reshape, learned.path, learned.document
