@@ -36,6 +36,7 @@ from swaplab.router.api.llamaswap import LlamaSwapApi
 from swaplab.router.watch.batch import Batch
 from swaplab.router.watch.captures import CaptureStore
 from swaplab.router.watch.events import EventHub
+from swaplab.router.path.exchange import Exchange
 from swaplab.router.path.forward import Forwarder
 from swaplab.router.door.guard import BodySlots, HeldBodies, admission_middleware, guard_middleware, replace_cors_headers
 from swaplab.router.watch.inflight import InFlight
@@ -109,9 +110,8 @@ class Router:
             self.events, self._secrets, lambda: self.config.security.trusted_proxies,
             lambda: self.config.security.limits.write_timeout,
         )
-        self.forwarder = Forwarder(
-            self.fleet, self.peers, self.pools, self.metrics, self._record, self.profiles, self.captures, self.inflight
-        )
+        exchange = Exchange(self.fleet, self.peers, self.pools, self.metrics, self._record, self.captures, self.inflight)
+        self.forwarder = Forwarder(exchange, self.profiles)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.started = time.time()
         self._background: set[asyncio.Task[Any]] = set()

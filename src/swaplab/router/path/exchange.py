@@ -84,7 +84,6 @@ class Exchange:
         peers: PeerWatch,
         pools: UpstreamPools,
         metrics: Metrics,
-        routes: RouteBook,
         record: Callable[[RequestObservation], None],
         captures: CaptureStore | None = None,
         inflight: InFlight | None = None,
@@ -92,8 +91,9 @@ class Exchange:
         self.fleet = fleet
         self.peers = peers
         self.metrics = metrics
-        self.routes = routes
-        self._pools = pools
+        self.routes = RouteBook()
+        """Which servers lack Anthropic's or the Responses API (`router.translate`)."""
+        self.pools = pools
         self._record = record
         """Where every observed request ends up (`RequestObservation.on_end`)."""
         self._captures = captures  # the router's: where requests are captured (None or no budget: none is)
@@ -208,7 +208,7 @@ class Exchange:
                     sent = body
                 observation.sending(sent)
                 try:
-                    upstream = await self._pools.open(
+                    upstream = await self.pools.open(
                         request.method, model.proxy.rstrip("/") + sent_path, model.timeouts,
                         self.upstream_headers(request, backend_credentials(model, sent_path)), sent,
                     )
@@ -288,7 +288,7 @@ class Exchange:
         peer = target.peer
         while True:  # twice at most
             try:
-                upstream = await self._pools.open(
+                upstream = await self.pools.open(
                     request.method, peer.proxy.rstrip("/") + path, peer.timeouts,
                     self.upstream_headers(request, peer_credentials(peer)), body,
                 )

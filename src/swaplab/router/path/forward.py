@@ -19,21 +19,19 @@ import asyncio
 import functools
 import logging
 import re
-from collections.abc import Callable
 
 from aiohttp import web
 
 from swaplab.config.model import Config
 from swaplab.errors import SwaplabError
-from swaplab.fleet import Fleet, State
+from swaplab.fleet import State
 from swaplab.fleet.lease import Lease
-from swaplab.metrics import Metrics
 from swaplab.router import translate
 from swaplab.router.door.guard import is_upgrade
 from swaplab.router.door.responses import error_response, llama_swap_error
 from swaplab.router.path import filters
 from swaplab.router.path.exchange import SELECTOR, TRACKING, Exchange, backend_credentials
-from swaplab.router.path.peers import PeerWatch, peer_credentials
+from swaplab.router.path.peers import peer_credentials
 from swaplab.router.path.profiles import ProfileSwitch, upstream_pin
 from swaplab.router.path.refusal import failed, refusal
 from swaplab.router.path.selectors import Choice, NoTarget, Selectors
@@ -51,13 +49,8 @@ from swaplab.router.path.targets import (
     upstream_path,
     upstream_tracking,
 )
-from swaplab.router.relay.proxy import UpstreamPools
 from swaplab.router.relay.reshape import RESHAPE, Reshape
 from swaplab.router.relay.websocket import relay_websocket
-from swaplab.router.translate.book import RouteBook
-from swaplab.router.watch.captures import CaptureStore
-from swaplab.router.watch.inflight import InFlight
-from swaplab.router.watch.observe import RequestObservation
 
 log = logging.getLogger("swaplab.router")
 
@@ -65,27 +58,16 @@ log = logging.getLogger("swaplab.router")
 class Forwarder:
     """Sends each model request to its server: the fleet's backends, or a peer."""
 
-    def __init__(
-        self,
-        fleet: Fleet,
-        peers: PeerWatch,
-        pools: UpstreamPools,
-        metrics: Metrics,
-        record: Callable[[RequestObservation], None],
-        profiles: ProfileSwitch | None = None,
-        captures: CaptureStore | None = None,
-        inflight: InFlight | None = None,
-    ):
-        self.fleet = fleet
+    def __init__(self, exchange: Exchange, profiles: ProfileSwitch | None = None):
+        self._exchange = exchange
+        """Takes each request to its server and back (`exchange`)."""
+        self.fleet = exchange.fleet
         self.profiles = profiles or ProfileSwitch()
         """The active profile (the router's; `PUT /api/profiles/active` changes it)."""
-        self._selectors = Selectors(fleet.config)
-        self.peers = peers
-        self._upstream_session = pools.session
-        self.routes = RouteBook()
+        self._selectors = Selectors(self.fleet.config)
+        self._upstream_session = exchange.pools.session
+        self.routes = exchange.routes
         """Which servers lack Anthropic's or the Responses API (`router.translate`)."""
-        self._exchange = Exchange(fleet, peers, pools, metrics, self.routes, record, captures, inflight)
-        """Takes each request to its server and back (`exchange`)."""
 
     @property
     def config(self) -> Config:
