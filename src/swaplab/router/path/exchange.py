@@ -30,7 +30,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from swaplab.config.engines import call_headers
-from swaplab.config.model import Config, Filters, ModelConfig
+from swaplab.config.model import Config, Filters, ModelConfig, PeerConfig
 from swaplab.errors import SwaplabError
 from swaplab.fleet import Fleet, State
 from swaplab.fleet.lease import Lease
@@ -44,7 +44,7 @@ from swaplab.router.path.loading import loading_event, progress_text, wants_load
 from swaplab.router.path.peers import PeerWatch, peer_credentials
 from swaplab.router.path.refusal import failed, refusal
 from swaplab.router.path.targets import PeerTarget, Tracking, UnreadableBody, renamed_form
-from swaplab.router.relay.answer import answer, answer_reshaped
+from swaplab.router.relay.answer import Words, answer, answer_reshaped
 from swaplab.router.relay.keepalive import KeepAlive, KeepAliveClock, heartbeats
 from swaplab.router.relay.proxy import UpstreamError, UpstreamPools, error_text, forward_headers
 from swaplab.router.relay.recovery import Failure, explain_break, recover
@@ -99,6 +99,8 @@ class Exchange:
         self._captures = captures  # the router's: where requests are captured (None or no budget: none is)
         self._inflight = inflight
         self._clock = KeepAliveClock()
+        self._words = Words(explain_break, self._too_long)
+        """What the router says of a local model's failed answer (`relay.answer`), given the request's lease."""
 
     @property
     def config(self) -> Config:
@@ -128,19 +130,11 @@ class Exchange:
                                                             observation, keepalive)
             except Answered as answered:
                 return answered.response
-            used = lease
-
-            async def broke_off() -> str:
-                return await explain_break(used)
-
-            def explain(status: int, body: bytes) -> bytes | None:
-                return too_long(self.config.path, used.model, status, body)
-
             if reshape is None:  # 5
-                response, lease.completed = await answer(request, upstream, observation, keepalive, broke_off, explain)
+                response, lease.completed = await answer(request, upstream, observation, keepalive, self._words, lease)
             else:
                 response, lease.completed = await answer_reshaped(
-                    request, upstream, reshape, observation, keepalive, broke_off, explain
+                    request, upstream, reshape, observation, keepalive, self._words, lease
                 )
             return response
         finally:
@@ -267,13 +261,10 @@ class Exchange:
             except Answered as answered:
                 return answered.response
 
-            async def broke_off() -> str:
-                return f"peer {peer.id!r} broke off mid-response"
-
             if reshape is None:
-                response, _ = await answer(request, upstream, observation, keepalive, broke_off)
+                response, _ = await answer(request, upstream, observation, keepalive, PEER_WORDS, peer)
             else:
-                response, _ = await answer_reshaped(request, upstream, reshape, observation, keepalive, broke_off)
+                response, _ = await answer_reshaped(request, upstream, reshape, observation, keepalive, PEER_WORDS, peer)
             return response
         finally:
             if keepalive is not None and not keepalive.quiet():
@@ -330,6 +321,9 @@ class Exchange:
         if self._inflight is not None:
             self._inflight.remove(observation)
 
+    def _too_long(self, lease: Lease, status: int, body: bytes) -> bytes | None:
+        return too_long(self.fleet.config.path, lease.model, status, body)
+
     def upstream_headers(self, request: web.Request, credentials: dict[str, str] | None) -> CIMultiDict[str]:
         """The headers sent upstream: the client's, less hop-by-hop ones, plus a peer's or a backend's
         own `credentials` (which replace the client's)."""
@@ -340,6 +334,14 @@ class Exchange:
         if credentials:
             headers.update(credentials)
         return headers
+
+
+async def _peer_broke_off(peer: PeerConfig) -> str:
+    return f"peer {peer.id!r} broke off mid-response"
+
+
+PEER_WORDS = Words(_peer_broke_off)
+"""What the router says of a peer's failed answer: its own words, none added to its errors."""
 
 
 def _refused(observation: RequestObservation, refused: web.Response) -> web.Response:

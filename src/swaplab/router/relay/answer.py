@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -22,7 +24,6 @@ from swaplab.router.door.reply import send_whole, stream_response
 from swaplab.router.relay.keepalive import KeepAlive, error_event
 from swaplab.router.relay.proxy import (
     ERROR_BODY_BYTES,
-    ExplainError,
     copy,
     copy_reshaped,
     error_text,
@@ -35,13 +36,26 @@ from swaplab.router.watch.observe import RequestObservation
 log = logging.getLogger("swaplab.router")
 
 
+@dataclass(frozen=True, slots=True)
+class Words:
+    """What the router says of an answer that failed, about its subject (the lease of a local model,
+    a peer): why it broke off, and what to change in a small error answer (None: it goes as it came).
+
+    Made once per kind of upstream, not per request (the request passes its subject): two closures
+    per request were two more objects for the cyclic collector to walk while the request streams.
+    """
+
+    broke_off: Callable[[Any], Awaitable[str]]
+    error: Callable[[Any, int, bytes], bytes | None] | None = None
+
+
 async def answer(
     request: web.Request,
     upstream: aiohttp.ClientResponse,
     observation: RequestObservation,
     keepalive: KeepAlive | None = None,
-    explain_break: Callable[[], Awaitable[str]] | None = None,
-    explain_error: ExplainError | None = None,
+    words: Words | None = None,
+    subject: Any = None,
 ) -> tuple[web.StreamResponse, bool]:
     """The upstream's answer to the client as it arrives; the upstream closed on any exit.
 
@@ -51,13 +65,14 @@ async def answer(
     heartbeats: if they already committed an event stream, the upstream's events continue it
     (and an upstream that answers anything but an event stream ends it with an error event);
     otherwise they may still beat into the upstream's own event stream until its first chunk.
-    `explain_break` says, in the router's words, why an upstream broke off; `explain_error` may
-    add what to change to a small error answer (`contextlimit`), which is then read whole: a
-    success never meets it.
+    `words` say, in the router's words, why `subject`'s upstream broke off, and may add what to
+    change to a small error answer (`contextlimit`), which is then read whole: a success never
+    meets them.
     """
     status = upstream.status
     content_type = upstream.content_type
     is_event_stream = content_type == "text/event-stream"
+    explain_error = words.error if words is not None else None
     observation.on_headers(status, content_type)
     completed = disconnected = False
     failure = None
@@ -69,13 +84,15 @@ async def answer(
             body = await upstream.content.read(4096)
             observation.on_chunk(body)
             if explain_error is not None:
-                body = explain_error(status, body) or body
+                body = explain_error(subject, status, body) or body
             failure = f"the backend answered HTTP {status}: {error_text(body)}"
             await _end_stream(response, error_event(failure, keepalive.dialect, status), observation)  # type: ignore[union-attr]
             return response, False
         whole = None
         if explain_error is not None and response is None and status >= 400:
-            whole = await read_error(upstream, explain_error)
+            whole = await read_error(upstream)
+            if whole is not None:
+                whole = explain_error(subject, status, whole) or whole
         if response is None:
             response = reply_head(request, upstream, whole)
             if keepalive is not None:
@@ -96,7 +113,7 @@ async def answer(
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
             # The backend broke off mid-response. A stream gets a final error event rather
             # than a silent hang or a truncated body that looks complete.
-            failure = await _broken(upstream, error, observation, keepalive, explain_break)
+            failure = await _broken(upstream, error, observation, keepalive, words, subject)
             if not is_event_stream:
                 if request.transport is not None:
                     request.transport.close()  # a truncated body must not look complete
@@ -126,8 +143,8 @@ async def answer_reshaped(
     reshape: Reshape,
     observation: RequestObservation,
     keepalive: KeepAlive | None = None,
-    explain_break: Callable[[], Awaitable[str]] | None = None,
-    explain_error: ExplainError | None = None,
+    words: Words | None = None,
+    subject: Any = None,
 ) -> tuple[web.StreamResponse, bool]:
     """`answer`, with the client's reply in another API's shape (`reshape`), e.g. Ollama's over OpenAI's.
 
@@ -149,8 +166,8 @@ async def answer_reshaped(
                 response = await keepalive.stop()
             body = await upstream.content.read(ERROR_BODY_BYTES)
             observation.on_chunk(body)
-            if explain_error is not None and status >= 400:
-                body = explain_error(status, body) or body
+            if words is not None and words.error is not None and status >= 400:
+                body = words.error(subject, status, body) or body
             failure = f"the backend answered HTTP {status}: {error_text(body)}"
             if response is None:
                 code = status if status >= 400 else 502
@@ -171,7 +188,7 @@ async def answer_reshaped(
             observation.response = response
             response = await copy_reshaped(request, upstream, response, reshape, chunk, observation.on_chunk)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
-            failure = await _broken(upstream, error, observation, keepalive, explain_break)
+            failure = await _broken(upstream, error, observation, keepalive, words, subject)
             if keepalive is not None:
                 response = response or keepalive.response
             if response is None:
@@ -195,7 +212,7 @@ async def answer_reshaped(
 
 async def _broken(
     upstream: aiohttp.ClientResponse, error: Exception, observation: RequestObservation, keepalive: KeepAlive | None,
-    explain_break: Callable[[], Awaitable[str]] | None,
+    words: Words | None, subject: Any,
 ) -> str:
     """An upstream broke off mid-answer: heartbeats over, and why, in the router's words."""
     if not observation.cancelled:
@@ -204,8 +221,8 @@ async def _broken(
         await keepalive.stop()
     if observation.cancelled:
         return observation.cancelled
-    if explain_break is not None:
-        return await explain_break()
+    if words is not None:
+        return await words.broke_off(subject)
     return "the upstream broke off mid-response"
 
 

@@ -306,22 +306,17 @@ async def copy_reshaped(
 # An upstream's error answer is read this far for its message.
 ERROR_BODY_BYTES = 64 * 1024
 
-ExplainError = Callable[[int, bytes], bytes | None]
-"""Given an upstream's error status and body, the body with what to change added, or None to keep it."""
-
-
-async def read_error(upstream: aiohttp.ClientResponse | WireResponse, explain_error: ExplainError) -> bytes | None:
-    """A small error answer of known length, read whole and given as `explain_error` rephrases it (else as
-    it came); None when it is large, unsized or encoded (relayed as it comes), or broke off (the relay
-    then meets the break as any other)."""
+async def read_error(upstream: aiohttp.ClientResponse | WireResponse) -> bytes | None:
+    """A small error answer of known length, read whole (for the router to add what to change); None
+    when it is large, unsized or encoded (relayed as it comes), or broke off (the relay then meets
+    the break as any other)."""
     length = upstream.content_length
     if length is None or length > ERROR_BODY_BYTES or upstream.headers.get("Content-Encoding", "identity") != "identity":
         return None
     try:
-        body = await upstream.content.read()
+        return await upstream.content.read()
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
         return None
-    return explain_error(upstream.status, body) or body
 
 
 def error_text(body: bytes) -> str:
