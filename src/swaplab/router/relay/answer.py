@@ -159,7 +159,7 @@ async def answer_reshaped(
     observation.upstream_route(upstream.url.path)
     completed = disconnected = False
     failure = None
-    response: web.StreamResponse | None = None
+    response: web.StreamResponse | None = keepalive.response if keepalive is not None else None
     try:
         if not reshape.accepts(status, content_type):
             if keepalive is not None:
